@@ -1,0 +1,62 @@
+// The offload-lock command line: its grammar, its values (durations, pids)
+// and the fixed table of exit codes other programs test against.
+#ifndef OFFLOAD_LOCK_SRC_CLI_ARGS_HPP
+#define OFFLOAD_LOCK_SRC_CLI_ARGS_HPP
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace offload_lock::cli {
+
+// The exit codes. The Node and Go sides and the tests use this same table.
+enum exit_code : int {
+  exit_ok = 0,          // taken / released / already free / held (status) / free (wait-free)
+  exit_busy = 1,        // busy when the wait ended; status: free; wait-free: still held
+  exit_usage = 2,       // malformed command line
+  exit_not_owner = 3,   // release: someone else holds the lock
+  exit_system = 4,      // a system error (permission, missing parent, I/O)
+  exit_lost = 5,        // hold: the lock was taken from this holder meanwhile
+};
+
+struct args {
+  // global
+  std::string lock_path;
+  std::chrono::milliseconds ttl = std::chrono::hours(1);
+  bool json = false;
+  bool quiet = false;
+  bool help = false;
+  bool version = false;
+  // the command and its options
+  std::string command;
+  bool explain = false;                       // path
+  std::optional<std::chrono::milliseconds> wait;
+  std::chrono::milliseconds poll = std::chrono::seconds(1);
+  std::int64_t pid = 0;                       // acquire / release
+  std::string token;                          // release
+  bool force = false;                         // release
+  std::string label;
+  int busy_exit = exit_busy;                  // run
+  std::vector<std::string> cmd;               // run
+};
+
+// Parses a DUR: "0", seconds as a decimal number (fractions allowed), a
+// number with ms, s, m or h, or "forever" (returned as milliseconds::max()).
+// nullopt for anything else (negative, empty, junk, overflow).
+std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
+// A positive decimal pid that fits the kernel's pid_t.
+std::optional<std::int64_t> parse_pid(const std::string& text);
+
+// Parses argv (without the program name). On a usage error returns the
+// one-line message and leaves `out` partly filled.
+std::optional<std::string> parse(const std::vector<std::string>& argv, args& out);
+
+// `offload-lock --help`, and the per-command help.
+std::string usage();
+std::string command_help(const std::string& command);
+
+}  // namespace offload_lock::cli
+
+#endif  // OFFLOAD_LOCK_SRC_CLI_ARGS_HPP

@@ -1,0 +1,75 @@
+// The staleness judgment: given what is on disk and what the kernel says of
+// the recorded process, is a lock held? Pure functions of their inputs, so
+// every row of PROTOCOL A3, A5, B3 and B6 is a table-driven unit test.
+#ifndef OFFLOAD_LOCK_SRC_JUDGE_HPP
+#define OFFLOAD_LOCK_SRC_JUDGE_HPP
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "meta.hpp"
+#include "posix/sys.hpp"
+
+namespace offload_lock::detail {
+
+// What is at the lock path, read without following symlinks.
+struct snapshot {
+  bool present = false;      // anything at the path
+  bool is_dir = false;       // a directory (not a symlink to one)
+  std::int64_t dir_mtime_ms = 0;
+  std::uint32_t owner_uid = 0;
+  sys::file_id id;           // the directory judged
+  bool meta_exists = false;  // meta.json could be opened and read
+  std::int64_t meta_mtime_ms = 0;
+  parsed_meta meta;          // meaningful when meta_exists
+  // A live offload-lock process holds an OFD read lock on the directory.
+  bool process_locked = false;
+};
+
+// The kernel's answers about processes, injectable for tests.
+struct process_view {
+  std::function<sys::liveness(std::int64_t)> probe;
+  std::function<std::optional<sys::proc_start>(std::int64_t)> start_of;
+  std::string boot_id;
+  std::string host;
+  static process_view real();
+};
+
+// Slack allowed when comparing a process's start with a recorded time in
+// wall-clock milliseconds (tick rounding, clock adjustment). Used only when
+// the exact tick count is not recorded.
+inline constexpr std::int64_t recycle_slack_ms = 30'000;
+
+struct verdict {
+  bool stale = false;
+  std::string reason;           // why stale, or why held
+  // The judgment may flip by time alone at this wall-clock ms (grace or TTL
+  // expiry); 0 when only an event can change it.
+  std::int64_t changes_at_ms = 0;
+  // Whose death would change the judgment (0: nobody's).
+  std::int64_t holder_pid = 0;
+  // The meta is incomplete: a write into the directory is news.
+  bool incomplete = false;
+};
+
+// offload-lock's judgment: PROTOCOL A3 plus B3 (grace) and B6 (liveness).
+verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::int64_t grace_ms,
+              const process_view& pv);
+
+// The Node runners' isStale() (PROTOCOL A3), quirks included. Never used to
+// decide anything in offload-lock; reported by `status` and pinned by tests.
+bool node_is_stale(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, const process_view& pv);
+
+// The Go readers' Inspect() (PROTOCOL A5).
+struct go_view {
+  bool held = false;
+  std::int64_t pid = 0;
+  std::int64_t age_ms = 0;
+};
+go_view go_inspect(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, const process_view& pv);
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_JUDGE_HPP

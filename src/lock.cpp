@@ -1,0 +1,642 @@
+// Acquire, reclaim, heartbeat and release: the protocol of PROTOCOL part A
+// with the guarantees of part B. The order of the steps is the point of this
+// file; each step says which rule it keeps.
+#include "offload_lock/lock.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "judge.hpp"
+#include "meta.hpp"
+#include "offload_lock/path.hpp"
+#include "posix/sys.hpp"
+
+namespace offload_lock {
+
+const char* version() noexcept { return OFFLOAD_LOCK_VERSION; }
+
+std::string new_token() { return detail::sys::random_hex(16); }
+
+std::string describe_duration(milliseconds d) {
+  long long ms = d.count();
+  std::string sign = ms < 0 ? "-" : "";
+  if (ms < 0) ms = -ms;
+  auto two = [](long long v) { return (v < 10 ? "0" : "") + std::to_string(v); };
+  if (ms < 1000) return sign + std::to_string(ms) + "ms";
+  long long s = ms / 1000;
+  if (s < 60) return sign + std::to_string(s) + "s";
+  if (s < 3600) return sign + std::to_string(s / 60) + "m" + two(s % 60) + "s";
+  return sign + std::to_string(s / 3600) + "h" + two(s / 60 % 60) + "m";
+}
+
+namespace detail {
+
+namespace {
+
+constexpr const char* kMeta = "meta.json";
+// With working notifications a waiter still re-checks this rarely, in case
+// the lock lives on a file system whose remote changes send no events.
+constexpr std::int64_t kSafetyRecheckMs = 60'000;
+// Without notifications (or without pidfd for a live holder) it re-checks
+// this often, like the Node runners.
+constexpr std::int64_t kFallbackPollMs = 1'000;
+// How long to wait for another process that is reclaiming the same stale lock.
+constexpr std::int64_t kContendedRecheckMs = 50;
+// Rounds of try/reclaim in a row, each undone by someone else, before pausing.
+constexpr int kRoundsBeforePause = 100;
+constexpr std::int64_t kChurnPauseMs = 10;
+
+// The lock path, split, with its parent directory open.
+struct target {
+  std::string path, name;
+  sys::fd parent;
+};
+
+result<target> open_target(const std::string& path) {
+  if (path.empty()) return error(errc::bad_input, "lock path is empty");
+  target t;
+  t.path = path;
+  std::string parent;
+  sys::split_path(path, parent, t.name);
+  if (t.name.empty() || t.name == "." || t.name == "..")
+    return error(errc::bad_input, "lock path '" + path + "' names no directory");
+  auto p = sys::open_dir(sys::cwd, parent, false, "parent directory " + parent + " of lock " + path);
+  if (!p) return p.err();
+  t.parent = std::move(*p);
+  return t;
+}
+
+std::string stage_prefix(const target& t) { return "." + t.name + ".stage-"; }
+std::string aside_prefix(const target& t) { return "." + t.name + ".aside-"; }
+std::string unique_suffix() { return std::to_string(sys::self_pid()) + "-" + sys::random_hex(6); }
+
+// Reads meta.json and the holder's OFD lock through an open lock directory.
+void read_state(int dir, const std::string& path, snapshot& s) {
+  auto mb = sys::read_file_at(dir, kMeta, meta_cap, path + "/" + kMeta);
+  s.meta_exists = static_cast<bool>(mb);
+  s.meta = parsed_meta{};
+  if (mb) {
+    s.meta_mtime_ms = mb->st.mtime_ms;
+    // An oversized meta.json is read as unparseable, as a bound on work.
+    if (!mb->truncated) s.meta = parse_meta(mb->bytes);
+  }
+  s.process_locked = sys::ofd_locked_elsewhere(dir);
+}
+
+struct observed {
+  snapshot snap;
+  sys::fd dir;  // the directory judged, when it could be opened
+};
+
+// What is at the path now. Only a failure to look at all is an error.
+result<observed> observe(const target& t) {
+  observed o;
+  auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+  if (!st) {
+    if (st.err().code() == std::errc::no_such_file_or_directory) return o;
+    return st.err();
+  }
+  o.snap.present = true;
+  o.snap.is_dir = st->is_dir;
+  o.snap.id = st->id;
+  o.snap.dir_mtime_ms = st->mtime_ms;
+  o.snap.owner_uid = st->uid;
+  if (!st->is_dir) return o;
+  auto d = sys::open_dir(t.parent.get(), t.name, true, t.path);
+  if (!d) {
+    // Gone since the stat: report it absent so the caller tries again. Any
+    // other failure leaves the meta unreadable, as it is for every reader.
+    if (d.err().code() == std::errc::no_such_file_or_directory) o.snap.present = false;
+    return o;
+  }
+  if (auto fst = sys::stat_fd(d->get(), t.path)) {
+    o.snap.id = fst->id;
+    o.snap.dir_mtime_ms = fst->mtime_ms;
+    o.snap.owner_uid = fst->uid;
+  }
+  read_state(d->get(), t.path, o.snap);
+  o.dir = std::move(*d);
+  return o;
+}
+
+// Leftover staging and moved-aside directories of processes that died
+// mid-step. Best effort; never touches anything but directories with our
+// names whose creating process is gone.
+void clean_leftovers(const target& t) {
+  auto names = sys::list_dir(t.parent.get(), "parent of " + t.path);
+  if (!names) return;
+  for (const auto& n : *names) {
+    std::string rest;
+    for (const auto& prefix : {stage_prefix(t), aside_prefix(t)})
+      if (n.compare(0, prefix.size(), prefix) == 0) rest = n.substr(prefix.size());
+    if (rest.empty()) continue;
+    std::int64_t pid = 0;
+    try {
+      pid = std::stoll(rest.substr(0, rest.find('-')));
+    } catch (...) {
+      continue;
+    }
+    if (pid <= 0 || sys::probe(pid) == sys::liveness::alive) continue;
+    auto st = sys::stat_at(t.parent.get(), n, n);
+    if (st && st->is_dir) (void)sys::remove_tree_at(t.parent.get(), n, n);
+  }
+}
+
+enum class take_result { taken, busy };
+
+struct taken_dir {
+  sys::fd dir;
+  sys::file_id id;
+};
+
+// B1 fallback for file systems that refuse RENAME_NOREPLACE: plain mkdir (as
+// Node does), then meta.json written under a temporary name and renamed into
+// place, so readers see no meta or a complete one, never a partial one.
+result<taken_dir> take_with_mkdir(const target& t, const std::string& bytes, take_result& how) {
+  if (auto e = sys::mkdir_at(t.parent.get(), t.name, 0777, t.path)) {
+    if (e.code() == std::errc::file_exists) {
+      how = take_result::busy;
+      return taken_dir{};
+    }
+    return e;
+  }
+  auto d = sys::open_dir(t.parent.get(), t.name, true, t.path);
+  if (!d) return d.err();
+  (void)sys::ofd_lock(d->get(), false);
+  std::string tmp = ".meta.json." + sys::random_hex(6);
+  error e = sys::write_new_file_at(d->get(), tmp, bytes, t.path + "/" + tmp);
+  if (!e) e = sys::rename_at(d->get(), tmp, kMeta, t.path + "/" + kMeta);
+  if (e) {
+    (void)sys::remove_tree_at(t.parent.get(), t.name, t.path);
+    return e;
+  }
+  auto st = sys::stat_fd(d->get(), t.path);
+  if (!st) return st.err();
+  how = take_result::taken;
+  return taken_dir{std::move(*d), st->id};
+}
+
+// One attempt to take the lock (PROTOCOL A2 step 1, with B1): build the
+// directory and its complete meta.json under a private name, take the
+// holder's OFD read lock on it, then move it into place with
+// RENAME_NOREPLACE. The lock is never visible without its meta.json.
+result<taken_dir> try_take(const target& t, const std::string& bytes, take_result& how) {
+  std::string stage = stage_prefix(t) + unique_suffix();
+  std::string shown = "staging directory for " + t.path;
+  // 0777 minus the umask: the same mode a Node runner's mkdir gives.
+  if (auto e = sys::mkdir_at(t.parent.get(), stage, 0777, shown)) return e;
+  auto cleanup = [&] { (void)sys::remove_tree_at(t.parent.get(), stage, shown); };
+  auto d = sys::open_dir(t.parent.get(), stage, true, shown);
+  if (!d) {
+    cleanup();
+    return d.err();
+  }
+  (void)sys::ofd_lock(d->get(), false);
+  if (auto e = sys::write_new_file_at(d->get(), kMeta, bytes, t.path + "/" + kMeta)) {
+    cleanup();
+    return e;
+  }
+  auto st = sys::stat_fd(d->get(), shown);
+  if (!st) {
+    cleanup();
+    return st.err();
+  }
+  error e = sys::rename_noreplace(t.parent.get(), stage, t.name, t.path);
+  if (!e) {
+    how = take_result::taken;
+    return taken_dir{std::move(*d), st->id};
+  }
+  cleanup();
+  int err = e.code().value();
+  if (err == static_cast<int>(std::errc::file_exists) || err == static_cast<int>(std::errc::directory_not_empty)) {
+    how = take_result::busy;
+    return taken_dir{};
+  }
+  if (err == static_cast<int>(std::errc::invalid_argument) || err == static_cast<int>(std::errc::function_not_supported)) return take_with_mkdir(t, bytes, how);
+  return e;
+}
+
+enum class reclaim_result { reclaimed, changed, contended };
+
+// Removes the directory at the path only if it is the one with identity
+// `id`: checks, moves it aside under a unique name, checks the moved one,
+// then deletes it without following symlinks. `changed` when the path no
+// longer names that directory (nothing removed).
+result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, const std::string& failure) {
+  auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+  if (!st || st->id != id) return reclaim_result::changed;
+  std::string aside = aside_prefix(t) + unique_suffix();
+  if (auto e = sys::rename_at(t.parent.get(), t.name, aside, t.path)) {
+    if (e.code() == std::errc::no_such_file_or_directory) return reclaim_result::changed;
+    return error(e.code(), failure);
+  }
+  auto moved = sys::stat_at(t.parent.get(), aside, aside);
+  if (moved && moved->id != id) {
+    // Another participant replaced the directory between the check and the
+    // rename: that one is live. Put it back.
+    if (auto e = sys::rename_noreplace(t.parent.get(), aside, t.name, t.path))
+      return error(e.code(), "moved a live lock aside at " + t.path +
+                                 " and could not put it back; it is at " + aside);
+    return reclaim_result::changed;
+  }
+  // A failure here leaves only our moved-aside name, which the next
+  // acquisition cleans up; the lock path itself is already free.
+  (void)sys::remove_tree_at(t.parent.get(), aside, aside);
+  return reclaim_result::reclaimed;
+}
+
+// B4: remove exactly the directory that was judged stale. Under a flock on
+// it (which serializes offload-lock reclaimers), check again that no live
+// offload-lock process holds it and it is still stale, then remove exactly
+// that directory (remove_exact).
+result<reclaim_result> reclaim(const target& t, observed& o, const verdict& why, std::int64_t ttl,
+                               std::int64_t grace, const process_view& pv) {
+  if (o.dir.valid()) {
+    if (auto e = sys::try_flock_exclusive(o.dir.get())) {
+      if (e.code() == std::errc::operation_would_block) return reclaim_result::contended;
+    }
+    read_state(o.dir.get(), t.path, o.snap);
+    if (!judge(o.snap, sys::now_ms(), ttl, grace, pv).stale) return reclaim_result::changed;
+  }
+  return remove_exact(t, o.snap.id, "cannot remove stale lock " + t.path + " (" + why.reason + ")");
+}
+
+struct detailed {
+  info i;
+  verdict v;
+  observed o;
+};
+
+void fill_info(const snapshot& s, std::int64_t now, info& i) {
+  i.present = s.present;
+  if (!s.present) return;
+  i.owner_uid = s.owner_uid;
+  if (!s.meta_exists) return;
+  const parsed_meta& m = s.meta;
+  if (m.js_pid && *m.js_pid == static_cast<double>(static_cast<std::int64_t>(*m.js_pid)))
+    i.pid = static_cast<std::int64_t>(*m.js_pid);
+  i.started_at = m.started_at;
+  i.label = m.label;
+  i.host = m.host;
+  i.token = m.token;
+  i.tool = m.tool;
+  i.age = milliseconds(now - s.meta_mtime_ms);
+  i.held_for = m.started_at ? milliseconds(now - *m.started_at) : i.age;
+}
+
+result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace,
+                                const process_view& pv) {
+  auto o = observe(t);
+  if (!o) return o.err();
+  detailed d;
+  d.o = std::move(*o);
+  std::int64_t now = sys::now_ms();
+  d.i.path = t.path;
+  fill_info(d.o.snap, now, d.i);
+  const snapshot& s = d.o.snap;
+  if (!s.present) return d;
+  if (!s.is_dir) {
+    d.i.stale = "not a directory";
+    d.i.node_stale = true;
+    d.v.stale = true;
+    d.v.reason = *d.i.stale;
+    return d;
+  }
+  d.v = judge(s, now, ttl, grace, pv);
+  d.i.held = !d.v.stale;
+  if (d.v.stale) d.i.stale = d.v.reason;
+  d.i.node_stale = node_is_stale(s, now, ttl, pv);
+  d.i.go_held = go_inspect(s, now, ttl, pv).held;
+  return d;
+}
+
+// Sleeps until the judged state of the lock may have changed: the directory
+// removed or moved, its meta.json written (when incomplete), the holder's
+// death, the verdict's own expiry, or the deadline. Never a busy loop: every
+// path out of here is an event or a timer of at least the fallback period,
+// except expiries the verdict itself named.
+void wait_for_change(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
+                     std::set<std::int64_t>& dead_seen, std::int64_t deadline_mono, std::int64_t poll_ms) {
+  bool dir_watched = w.watch_dir(t.path, v.incomplete);
+  // The directory may have been replaced between the look and the watch.
+  auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+  if (!st || st->id != s.id) return;
+  bool pid_watched = false;
+  if (v.holder_pid > 0 && !dead_seen.count(v.holder_pid)) {
+    pid_watched = w.watch_pid(v.holder_pid);
+    // pidfd_open fails with ESRCH when the holder died just now.
+    if (!pid_watched && w.has_pidfd() && sys::probe(v.holder_pid) == sys::liveness::dead) return;
+  } else {
+    w.unwatch_pid();
+  }
+  std::int64_t now_mono = sys::monotonic_ms();
+  std::int64_t timeout = kSafetyRecheckMs;
+  if (!dir_watched || (v.holder_pid > 0 && !pid_watched && !dead_seen.count(v.holder_pid)))
+    timeout = poll_ms;
+  if (v.changes_at_ms > 0) timeout = std::min(timeout, std::max<std::int64_t>(1, v.changes_at_ms - sys::now_ms()));
+  if (deadline_mono >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline_mono - now_mono));
+  auto why = w.wait(timeout);
+  if (why == sys::watcher::wake::pid_exit) dead_seen.insert(v.holder_pid);
+}
+
+}  // namespace
+
+// The state of one held acquisition.
+struct held_state {
+  target t;
+  sys::fd dir;  // keeps the OFD read lock: proof of life for other offload-lock processes
+  sys::file_id id;
+  std::string token, meta;
+  std::int64_t pid = 0;
+  std::int64_t ttl = 0;
+  std::function<void(const error&)> on_lost;
+
+  std::thread heartbeat;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+
+  // Same directory at the path, with our token in its meta.json.
+  bool still_ours() const {
+    auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+    if (!st || st->id != id) return false;
+    auto mb = sys::read_file_at(dir.get(), kMeta, meta_cap, t.path);
+    return mb && !mb->truncated && parse_meta(mb->bytes).token == token;
+  }
+
+  // B7: touch meta.json well inside the TTL while the lock is still ours.
+  void beat() {
+    std::int64_t period = std::clamp<std::int64_t>(ttl / 4, 100, 60'000);
+    std::unique_lock<std::mutex> g(mu);
+    for (;;) {
+      if (cv.wait_for(g, milliseconds(period), [&] { return stopping; })) return;
+      if (!still_ours()) {
+        if (on_lost) on_lost(error(errc::lost, t.path));
+        return;
+      }
+      (void)sys::touch_at(dir.get(), kMeta, t.path + "/" + kMeta);
+    }
+  }
+
+  void stop_heartbeat() {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    if (heartbeat.joinable()) heartbeat.join();
+  }
+};
+
+}  // namespace detail
+
+using namespace detail;
+
+lock::lock() noexcept = default;
+lock::lock(std::unique_ptr<held_state> s) noexcept : s_(std::move(s)) {}
+lock::lock(lock&&) noexcept = default;
+lock& lock::operator=(lock&& o) noexcept {
+  if (this != &o) {
+    if (s_) (void)release();
+    s_ = std::move(o.s_);
+  }
+  return *this;
+}
+lock::~lock() {
+  if (s_) (void)release();
+}
+
+bool lock::owns() const noexcept { return static_cast<bool>(s_); }
+bool lock::still_held() const { return s_ && s_->still_ours(); }
+
+static const std::string kEmpty;
+const std::string& lock::path() const { return s_ ? s_->t.path : kEmpty; }
+const std::string& lock::token() const { return s_ ? s_->token : kEmpty; }
+const std::string& lock::meta_json() const { return s_ ? s_->meta : kEmpty; }
+std::int64_t lock::pid() const { return s_ ? s_->pid : 0; }
+
+error lock::release() {
+  if (!s_) return error(errc::lost, "release of a lock that is not held");
+  std::unique_ptr<held_state> s = std::move(s_);
+  s->stop_heartbeat();
+  const target& t = s->t;
+  // B5: only our own directory, with our token, is removed.
+  if (!s->still_ours()) return error(errc::lost, t.path);
+  auto r = remove_exact(t, s->id, "cannot release lock " + t.path);
+  if (!r) return r.err();
+  return *r == reclaim_result::reclaimed ? error{} : error(errc::lost, t.path);
+}
+
+void lock::detach() noexcept {
+  if (!s_) return;
+  s_->stop_heartbeat();
+  s_.reset();
+}
+
+error lock::hold_for_holder() {
+  if (!s_) return error(errc::lost, "hold of a lock that is not held");
+  s_->stop_heartbeat();
+  held_state& s = *s_;
+  sys::watcher w;
+  const std::int64_t period = std::clamp<std::int64_t>(s.ttl / 4, 100, 60'000);
+  for (;;) {
+    if (!s.still_ours()) {
+      std::string path = s.t.path;
+      s_.reset();
+      return error(errc::lost, path);
+    }
+    bool dir_watched = w.watch_dir(s.t.path, false);
+    bool pid_watched = w.watch_pid(s.pid);
+    auto alive = sys::probe(s.pid);
+    if (alive == sys::liveness::dead || alive == sys::liveness::zombie) return release();
+    std::int64_t timeout = period;
+    if (!dir_watched || !pid_watched) timeout = std::min(timeout, kFallbackPollMs);
+    auto why = w.wait(timeout);
+    if (why == sys::watcher::wake::pid_exit) return release();
+    if (why == sys::watcher::wake::timeout && s.still_ours())
+      (void)sys::touch_at(s.dir.get(), kMeta, s.t.path + "/" + kMeta);
+  }
+}
+
+result<lock> lock::acquire(const std::string& path, milliseconds wait) {
+  lock_options o;
+  o.path = path;
+  o.wait = wait;
+  return acquire(o);
+}
+
+result<lock> lock::acquire(const lock_options& opt) {
+  std::string path = opt.path.empty() ? resolve_path().path : opt.path;
+  auto tr = open_target(path);
+  if (!tr) return tr.err();
+  target& t = *tr;
+  if (opt.pid < 0) return error(errc::bad_input, "holder pid " + std::to_string(opt.pid));
+
+  meta_record rec;
+  rec.pid = opt.pid ? opt.pid : sys::self_pid();
+  rec.token = opt.token.empty() ? new_token() : opt.token;
+  if (rec.token.size() > 128 ||
+      rec.token.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
+          std::string::npos)
+    return error(errc::bad_input, "token '" + rec.token + "'");
+  rec.label = opt.label.empty() ? sys::program_name() : opt.label;
+  rec.host = sys::host_name();
+  rec.boot_id = sys::boot_id();
+  if (auto ps = sys::start_of(rec.pid)) {
+    rec.proc_start = ps->epoch_ms;
+    rec.proc_ticks = ps->ticks;
+  } else if (opt.pid) {
+    return error(sys::errno_code(std::errc::no_such_process),
+                 "holder pid " + std::to_string(opt.pid));
+  }
+
+  const process_view pv = process_view::real();
+  const std::int64_t ttl = opt.ttl.count(), grace = opt.grace.count();
+  const std::int64_t deadline =
+      opt.wait == wait_forever ? -1 : sys::monotonic_ms() + std::max<std::int64_t>(0, opt.wait.count());
+  clean_leftovers(t);
+
+  std::unique_ptr<sys::watcher> w;
+  std::set<std::int64_t> dead_seen;
+  std::string last_reported;
+  int rounds_without_wait = 0;
+  for (;;) {
+    // Every round that ends without a wait means another participant changed
+    // the lock meanwhile. Should that go on and on, pause between rounds
+    // rather than spin.
+    if (rounds_without_wait >= kRoundsBeforePause) {
+      std::this_thread::sleep_for(milliseconds(kChurnPauseMs));
+      rounds_without_wait = 0;
+    }
+    rec.started_at = sys::now_ms();
+    std::string bytes = serialize(rec);
+    take_result how = take_result::busy;
+    auto taken = try_take(t, bytes, how);
+    if (!taken) return taken.err();
+    if (how == take_result::taken) {
+      auto s = std::make_unique<held_state>();
+      s->t = std::move(t);
+      s->dir = std::move(taken->dir);
+      s->id = taken->id;
+      s->token = rec.token;
+      s->meta = bytes;
+      s->pid = rec.pid;
+      s->ttl = ttl;
+      s->on_lost = opt.on_lost;
+      if (opt.heartbeat) s->heartbeat = std::thread([p = s.get()] { p->beat(); });
+      return lock(std::move(s));
+    }
+
+    auto d = inspect_target(t, ttl, grace, pv);
+    if (!d) return d.err();
+    if (!d->o.snap.present) {  // released in the meantime: try again at once
+      ++rounds_without_wait;
+      continue;
+    }
+    if (!d->o.snap.is_dir)
+      return error(sys::errno_code(std::errc::not_a_directory),
+                   "lock path " + path + " exists and is not a directory; refusing to touch it");
+    verdict v = d->v;
+    if (v.stale) {
+      auto r = reclaim(t, d->o, d->v, ttl, grace, pv);
+      if (!r) return r.err();
+      if (*r != reclaim_result::contended) {
+        ++rounds_without_wait;
+        continue;
+      }
+      // Another reclaimer is at work: its rename wakes us, this timer bounds it.
+      v.reason = "being reclaimed by another process";
+      v.stale = false;
+      v.holder_pid = 0;
+      v.incomplete = false;
+      v.changes_at_ms = sys::now_ms() + kContendedRecheckMs;
+    }
+    rounds_without_wait = 0;
+    if (opt.wait.count() <= 0) return error(errc::busy, path);
+    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return error(errc::timed_out, path);
+    std::string who = d->i.token + "|" + std::to_string(d->i.pid.value_or(0)) + "|" + d->i.label;
+    if (who != last_reported) {
+      last_reported = who;
+      if (opt.on_wait) opt.on_wait(d->i);
+    }
+    if (!w) w = std::make_unique<sys::watcher>();
+    d->o.dir.reset();
+    wait_for_change(*w, t, d->o.snap, v, dead_seen, deadline, kFallbackPollMs);
+  }
+}
+
+info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {
+  info i;
+  i.path = path;
+  auto t = open_target(path);
+  if (!t) {
+    // A missing parent means no lock; anything else is reported, not thrown.
+    if (t.err().code() != std::errc::no_such_file_or_directory) i.problem = t.err().message();
+    return i;
+  }
+  auto d = inspect_target(*t, ttl.count(), grace.count(), process_view::real());
+  if (!d) {
+    i.problem = d.err().message();
+    return i;
+  }
+  return d->i;
+}
+
+result<release_outcome> release_lock(const std::string& path, const release_request& req, milliseconds ttl) {
+  auto t = open_target(path);
+  if (!t) {
+    if (t.err().code() == std::errc::no_such_file_or_directory) return release_outcome{};
+    return t.err();
+  }
+  for (int attempt = 0;; ++attempt) {
+    auto d = inspect_target(*t, ttl.count(), default_grace.count(), process_view::real());
+    if (!d) return d.err();
+    release_outcome out;
+    out.before = d->i;
+    const snapshot& s = d->o.snap;
+    if (!s.present) return out;
+    if (!s.is_dir)
+      return error(sys::errno_code(std::errc::not_a_directory),
+                   "lock path " + path + " exists and is not a directory; refusing to touch it");
+    bool matches = req.force || (!req.token.empty() && req.token == d->i.token) ||
+                   (req.pid > 0 && d->i.pid && *d->i.pid == req.pid);
+    if (!matches) {
+      out.status = d->i.held ? release_status::not_owner : release_status::already_free;
+      return out;
+    }
+    d->o.dir.reset();
+    auto r = remove_exact(*t, s.id, "cannot release lock " + path);
+    if (!r) return r.err();
+    if (*r == reclaim_result::reclaimed) {
+      out.status = release_status::released;
+      return out;
+    }
+    // Replaced while we looked: judge the new one. Bounded, since each round
+    // means another participant took or released the lock meanwhile.
+    if (attempt >= 100) return error(errc::busy, path);
+  }
+}
+
+info wait_free(const std::string& path, milliseconds wait, milliseconds poll, milliseconds ttl) {
+  const std::int64_t deadline = wait == wait_forever ? -1 : sys::monotonic_ms() + std::max<std::int64_t>(0, wait.count());
+  const std::int64_t poll_ms = std::max<std::int64_t>(1, poll.count());
+  const process_view pv = process_view::real();
+  std::unique_ptr<sys::watcher> w;
+  std::set<std::int64_t> dead_seen;
+  for (;;) {
+    auto t = open_target(path);
+    if (!t) return inspect(path, ttl);
+    auto d = inspect_target(*t, ttl.count(), default_grace.count(), pv);
+    if (!d || !d->i.held) return d ? d->i : inspect(path, ttl);
+    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return d->i;
+    if (!w) w = std::make_unique<sys::watcher>();
+    d->o.dir.reset();
+    wait_for_change(*w, *t, d->o.snap, d->v, dead_seen, deadline, poll_ms);
+  }
+}
+
+}  // namespace offload_lock

@@ -1,0 +1,67 @@
+// meta.json: the bytes offload-lock writes (PROTOCOL B2, B8) and how every
+// participant — Node's readMeta(), Go's json.Unmarshal, offload-lock — reads
+// whatever bytes it finds there (PROTOCOL A3, A5).
+#ifndef OFFLOAD_LOCK_SRC_META_HPP
+#define OFFLOAD_LOCK_SRC_META_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace offload_lock::detail {
+
+// Reads of meta.json stop here; a larger file counts as unreadable.
+inline constexpr std::size_t meta_cap = 1024 * 1024;
+// Deeper JSON nesting than this counts as unparseable (a bound on work).
+inline constexpr int meta_max_depth = 256;
+
+// What offload-lock writes.
+struct meta_record {
+  std::int64_t pid = 0;
+  std::int64_t started_at = 0;  // epoch ms
+  std::string token;
+  std::string label;
+  std::string host;
+  std::string boot_id;
+  std::int64_t proc_start = 0;   // the holder process's start, epoch ms
+  std::uint64_t proc_ticks = 0;  // the same, in clock ticks since boot (exact)
+};
+
+// `{"pid":N,"startedAt":MS,...}`: the first two keys byte for byte as the Node
+// runners write them, then the extra keys. No spaces, no newline.
+std::string serialize(const meta_record& m);
+
+// The bytes of one meta.json, as each participant understands them.
+struct parsed_meta {
+  bool parsed = false;     // strict JSON (Node's JSON.parse would accept it)
+  // Node's readMeta() yields something falsy: unparseable, or JSON null,
+  // false, 0 or "". Node's isStale() calls that stale.
+  bool node_null = true;
+  bool is_object = false;  // a JSON object (not an array)
+  // `meta.pid` when `typeof meta.pid === 'number'` in Node.
+  std::optional<double> js_pid;
+  // Go's json.Unmarshal into struct{Pid int; StartedAt int64}.
+  bool go_ok = false;
+  std::int64_t go_pid = 0;
+  std::int64_t go_started_at = 0;
+  // The keys offload-lock reads, present only with the right JSON type.
+  std::optional<std::int64_t> started_at;
+  std::string token, label, host, boot_id, tool;
+  std::optional<std::int64_t> proc_start;
+  std::optional<std::uint64_t> proc_ticks;
+};
+
+// Never throws, whatever the bytes. Invalid UTF-8 is read as U+FFFD the way
+// Node's utf8 decoding and Go's decoder do; a byte-order mark is refused as
+// JSON.parse refuses it.
+parsed_meta parse_meta(std::string_view bytes);
+
+// Replaces each invalid UTF-8 sequence with U+FFFD (maximal subparts, as the
+// WHATWG decoder Node uses).
+std::string repair_utf8(std::string_view in);
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_META_HPP

@@ -1,0 +1,267 @@
+// Child processes and signals for the offload-lock command. See process.hpp.
+#include "posix/process.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "posix/sys.hpp"
+
+extern char** environ;
+
+namespace offload_lock::detail::proc {
+
+namespace {
+
+// Self-pipe carrying {signo, si_code} from the signal handler to poll().
+int g_sig_pipe[2] = {-1, -1};
+
+struct sig_msg {
+  int signo;
+  int code;
+};
+
+void on_signal(int signo, siginfo_t* info, void*) {
+  int saved = errno;
+  sig_msg m{signo, info ? info->si_code : SI_USER};
+  ssize_t r = ::write(g_sig_pipe[1], &m, sizeof m);
+  (void)r;
+  errno = saved;
+}
+
+void install_handlers(std::initializer_list<int> sigs) {
+  if (g_sig_pipe[0] < 0) {
+    if (::pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  }
+  // A parent may have left these blocked; a blocked SIGTERM would never be
+  // passed on.
+  sigset_t unblock;
+  sigemptyset(&unblock);
+  for (int s : sigs) sigaddset(&unblock, s);
+  ::sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+  for (int s : sigs) {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(s, &sa, nullptr);
+  }
+}
+
+bool read_sig(sig_msg& m) {
+  return ::read(g_sig_pipe[0], &m, sizeof m) == static_cast<ssize_t>(sizeof m);
+}
+
+void close_fd(int& f) {
+  if (f >= 0) ::close(f);
+  f = -1;
+}
+
+}  // namespace
+
+result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv,
+                                            const std::vector<std::pair<std::string, std::string>>& env) {
+  if (argv.empty()) return error(errc::bad_input, "no command to run");
+  // Everything the child needs is built before fork: after it, only
+  // async-signal-safe calls.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e && *e; ++e) {
+    std::string s(*e);
+    bool replaced = false;
+    for (const auto& kv : env)
+      if (s.compare(0, kv.first.size() + 1, kv.first + "=") == 0) replaced = true;
+    if (!replaced) env_strings.push_back(std::move(s));
+  }
+  for (const auto& kv : env) env_strings.push_back(kv.first + "=" + kv.second);
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (auto& s : env_strings) cenv.push_back(s.data());
+  cenv.push_back(nullptr);
+
+  int gate[2], report[2];
+  if (::pipe2(gate, O_CLOEXEC) != 0) return sys::sys_error(errno, "pipe", "for " + argv[0]);
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    int e = errno;
+    ::close(gate[0]);
+    ::close(gate[1]);
+    return sys::sys_error(e, "pipe", "for " + argv[0]);
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int f : {gate[0], gate[1], report[0], report[1]}) ::close(f);
+    return sys::sys_error(e, "fork", "for " + argv[0]);
+  }
+  if (pid == 0) {
+    ::close(gate[1]);
+    ::close(report[0]);
+    char go = 0;
+    ssize_t n;
+    do n = ::read(gate[0], &go, 1);
+    while (n < 0 && errno == EINTR);
+    if (n != 1) ::_exit(127);
+    ::execvpe(cargv[0], cargv.data(), cenv.data());
+    int e = errno;
+    ssize_t w = ::write(report[1], &e, sizeof e);
+    (void)w;
+    ::_exit(127);
+  }
+  ::close(gate[0]);
+  ::close(report[1]);
+  gated_child c;
+  c.pid_ = pid;
+  c.gate_ = gate[1];
+  c.report_ = report[0];
+  return c;
+}
+
+gated_child::gated_child(gated_child&& o) noexcept
+    : pid_(o.pid_), gate_(o.gate_), report_(o.report_), reaped_(o.reaped_) {
+  o.pid_ = -1;
+  o.gate_ = o.report_ = -1;
+}
+
+gated_child::~gated_child() {
+  if (pid_ > 0 && gate_ >= 0) abandon();
+  close_fd(gate_);
+  close_fd(report_);
+}
+
+error gated_child::start() {
+  // Handlers first: a signal that arrives as soon as CMD runs waits in the
+  // self-pipe and is passed on by wait_forwarding().
+  install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
+  char go = 1;
+  ssize_t w;
+  do w = ::write(gate_, &go, 1);
+  while (w < 0 && errno == EINTR);
+  close_fd(gate_);
+  int e = 0;
+  ssize_t n;
+  do n = ::read(report_, &e, sizeof e);
+  while (n < 0 && errno == EINTR);
+  close_fd(report_);
+  if (n == static_cast<ssize_t>(sizeof e)) {
+    int st;
+    ::waitpid(static_cast<pid_t>(pid_), &st, 0);
+    reaped_ = true;
+    return sys::sys_error(e, "exec", "command");
+  }
+  return {};
+}
+
+void gated_child::abandon() {
+  close_fd(gate_);
+  if (pid_ > 0 && !reaped_) {
+    int st;
+    while (::waitpid(static_cast<pid_t>(pid_), &st, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+  }
+}
+
+void gated_child::signal(int sig) {
+  if (pid_ > 0 && !reaped_) ::kill(static_cast<pid_t>(pid_), sig);
+}
+
+int gated_child::wait_forwarding(int extra_fd, void (*on_extra)(void*), void* ctx) {
+  install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
+  for (;;) {
+    int st = 0;
+    pid_t r = ::waitpid(static_cast<pid_t>(pid_), &st, WNOHANG);
+    if (r == static_cast<pid_t>(pid_)) {
+      reaped_ = true;
+      if (WIFEXITED(st)) return WEXITSTATUS(st);
+      if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+      return 1;
+    }
+    if (r < 0 && errno != EINTR) return 1;
+    struct pollfd fds[2] = {{g_sig_pipe[0], POLLIN, 0}, {extra_fd, POLLIN, 0}};
+    int n = ::poll(fds, extra_fd >= 0 ? 2 : 1, -1);
+    if (n < 0) continue;
+    if (extra_fd >= 0 && (fds[1].revents & POLLIN) && on_extra) on_extra(ctx);
+    sig_msg m;
+    while (read_sig(m)) {
+      if (m.signo == SIGCHLD) continue;
+      // A terminal's signal reaches the whole foreground process group, the
+      // child included; only signals sent to this process alone are passed on.
+      if (m.code == SI_USER || m.code == SI_QUEUE || m.code == SI_TKILL) ::kill(static_cast<pid_t>(pid_), m.signo);
+    }
+  }
+}
+
+int wait_for_eof_or_signal(int extra_fd, void (*on_extra)(void*), void* ctx) {
+  install_handlers({SIGINT, SIGTERM});
+  char buf[4096];
+  bool eof = false;
+  for (;;) {
+    struct pollfd fds[3] = {{g_sig_pipe[0], POLLIN, 0}, {eof ? -1 : 0, POLLIN, 0}, {extra_fd, POLLIN, 0}};
+    int n = ::poll(fds, 3, -1);
+    if (n < 0) continue;
+    sig_msg m;
+    if ((fds[0].revents & POLLIN) && read_sig(m)) return m.signo;
+    if (fds[2].revents & POLLIN) {
+      if (on_extra) on_extra(ctx);
+    }
+    if (fds[1].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) {
+      ssize_t r = ::read(0, buf, sizeof buf);
+      if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) return 0;
+    }
+  }
+}
+
+result<bool> fork_detached() {
+  pid_t pid = ::fork();
+  if (pid < 0) return sys::sys_error(errno, "fork", "background keeper");
+  if (pid > 0) {
+    // The intermediate child exits at once (below), so the keeper is
+    // re-parented and never becomes a zombie of the caller.
+    int st;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return false;
+  }
+  ::setsid();
+  pid_t again = ::fork();
+  if (again != 0) ::_exit(0);
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    if (null > 2) ::close(null);
+  }
+  if (::chdir("/") != 0) {
+  }
+  return true;
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+void write_stderr(const std::string& s) {
+  std::size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = ::write(2, s.data() + done, s.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+bool is_terminal(int fd) { return ::isatty(fd) == 1; }
+
+}  // namespace offload_lock::detail::proc

@@ -1,0 +1,72 @@
+// Child processes and signals for the offload-lock command: a child that is
+// forked before the lock is taken (so its pid can be recorded as the holder)
+// and held back from exec until the lock is ours, signal forwarding, and
+// detaching a background keeper.
+#ifndef OFFLOAD_LOCK_SRC_POSIX_PROCESS_HPP
+#define OFFLOAD_LOCK_SRC_POSIX_PROCESS_HPP
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "offload_lock/error.hpp"
+
+namespace offload_lock::detail::proc {
+
+class gated_child {
+ public:
+  // Forks now; the child waits, then execs argv (PATH searched) with the
+  // current environment plus `env`. It exits 127 without exec'ing if this
+  // process goes away or calls abandon().
+  static result<gated_child> fork_gated(const std::vector<std::string>& argv,
+                                        const std::vector<std::pair<std::string, std::string>>& env);
+  gated_child(gated_child&&) noexcept;
+  gated_child& operator=(gated_child&&) = delete;
+  ~gated_child();
+
+  std::int64_t pid() const { return pid_; }
+  // Lets the child exec. Returns the exec failure (ENOENT, EACCES, ...) if
+  // it could not, after reaping it.
+  error start();
+  void abandon();
+
+  // Waits for the child to end, passing on SIGINT, SIGTERM and SIGHUP that
+  // were sent to this process (signals a terminal sends to the whole process
+  // group already reach the child and are not sent twice). `poll_extra` is
+  // called whenever `extra_fd` becomes readable. Returns the exit status, or
+  // 128+N when killed by signal N.
+  int wait_forwarding(int extra_fd = -1, void (*on_extra)(void*) = nullptr, void* ctx = nullptr);
+  // Sends a signal to the child.
+  void signal(int sig);
+
+ private:
+  gated_child() = default;
+  std::int64_t pid_ = -1;
+  int gate_ = -1;    // write end: one byte lets the child exec
+  int report_ = -1;  // read end: the child's exec errno, EOF when exec succeeded
+  bool reaped_ = false;
+};
+
+// Blocks until standard input reaches EOF or SIGTERM/SIGINT arrives, calling
+// on_extra whenever extra_fd becomes readable. Returns the signal number, or
+// 0 for EOF.
+int wait_for_eof_or_signal(int extra_fd = -1, void (*on_extra)(void*) = nullptr, void* ctx = nullptr);
+
+// Forks a detached background process (new session, standard streams on
+// /dev/null, working directory /). Returns true in the background process,
+// false in the caller.
+result<bool> fork_detached();
+
+// Names of signals for messages ("SIGTERM").
+std::string signal_name(int sig);
+
+// Writes to stderr without buffering; safe from any thread.
+void write_stderr(const std::string& s);
+
+// True when the descriptor is a terminal.
+bool is_terminal(int fd);
+
+}  // namespace offload_lock::detail::proc
+
+#endif  // OFFLOAD_LOCK_SRC_POSIX_PROCESS_HPP

@@ -1,0 +1,490 @@
+// System calls for offload-lock (Linux). See sys.hpp for the rules each
+// wrapper keeps.
+#include "posix/sys.hpp"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+extern char* program_invocation_short_name;
+
+namespace offload_lock::detail::sys {
+
+namespace {
+
+template <class F>
+auto retry(F f) {
+  for (;;) {
+    auto r = f();
+    if (r != -1 || errno != EINTR) return r;
+  }
+}
+
+std::int64_t ts_ms(const struct timespec& t) {
+  return static_cast<std::int64_t>(t.tv_sec) * 1000 + t.tv_nsec / 1000000;
+}
+
+stat_info from_stat(const struct stat& s) {
+  stat_info i;
+  i.id = {static_cast<std::uint64_t>(s.st_dev), static_cast<std::uint64_t>(s.st_ino)};
+  i.is_dir = S_ISDIR(s.st_mode);
+  i.is_regular = S_ISREG(s.st_mode);
+  i.is_symlink = S_ISLNK(s.st_mode);
+  i.uid = s.st_uid;
+  i.mtime_ms = ts_ms(s.st_mtim);
+  i.size = s.st_size;
+  return i;
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+const int cwd = AT_FDCWD;
+std::error_code errno_code(std::errc e) { return {static_cast<int>(e), std::system_category()}; }
+
+error sys_error(int err, const std::string& operation, const std::string& path) {
+  return error(std::error_code(err, std::system_category()), operation + " " + path);
+}
+
+fd& fd::operator=(fd&& o) noexcept {
+  if (this != &o) {
+    reset();
+    v_ = o.release();
+  }
+  return *this;
+}
+fd::~fd() { reset(); }
+void fd::reset() noexcept {
+  // close() is not retried on EINTR: on Linux the descriptor is gone either way.
+  if (v_ >= 0) ::close(v_);
+  v_ = -1;
+}
+
+void split_path(const std::string& path, std::string& parent, std::string& name) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  auto slash = p.rfind('/');
+  if (p.empty() || p == "/") {
+    parent = p.empty() ? "." : "/";
+    name.clear();
+  } else if (slash == std::string::npos) {
+    parent = ".";
+    name = p;
+  } else {
+    parent = slash == 0 ? "/" : p.substr(0, slash);
+    name = p.substr(slash + 1);
+  }
+}
+
+result<fd> open_dir(int dirfd, const std::string& name, bool nofollow, const std::string& shown) {
+  int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0);
+  int f = retry([&] { return ::openat(dirfd, name.c_str(), flags); });
+  if (f < 0) return sys_error(errno, "open", shown);
+  return fd(f);
+}
+
+result<stat_info> stat_at(int dirfd, const std::string& name, const std::string& shown) {
+  struct stat s {};
+  if (retry([&] { return ::fstatat(dirfd, name.c_str(), &s, AT_SYMLINK_NOFOLLOW); }) != 0)
+    return sys_error(errno, "stat", shown);
+  return from_stat(s);
+}
+
+result<stat_info> stat_fd(int f, const std::string& shown) {
+  struct stat s {};
+  if (retry([&] { return ::fstat(f, &s); }) != 0) return sys_error(errno, "stat", shown);
+  return from_stat(s);
+}
+
+result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap,
+                                const std::string& shown) {
+  // O_NONBLOCK: a FIFO planted as meta.json must not hang the reader.
+  int raw = retry([&] {
+    return ::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  });
+  if (raw < 0) return sys_error(errno, "open", shown);
+  fd f(raw);
+  auto st = stat_fd(f.get(), shown);
+  if (!st) return st.err();
+  if (!st->is_regular) return sys_error(EINVAL, "read (not a regular file)", shown);
+  file_bytes out;
+  out.st = *st;
+  std::size_t want = cap + 1;
+  out.bytes.resize(std::min<std::size_t>(want, static_cast<std::size_t>(st->size) + 4096));
+  std::size_t got = 0;
+  for (;;) {
+    if (got == out.bytes.size()) {
+      if (out.bytes.size() >= want) break;
+      out.bytes.resize(std::min(want, out.bytes.size() * 2));
+    }
+    ssize_t n = retry([&] { return ::read(f.get(), &out.bytes[got], out.bytes.size() - got); });
+    if (n < 0) return sys_error(errno, "read", shown);
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  out.truncated = got > cap;
+  out.bytes.resize(std::min(got, cap));
+  return out;
+}
+
+error mkdir_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown) {
+  if (retry([&] { return ::mkdirat(dirfd, name.c_str(), mode); }) != 0)
+    return sys_error(errno, "mkdir", shown);
+  return {};
+}
+
+error write_new_file_at(int dirfd, const std::string& name, const std::string& bytes,
+                        const std::string& shown) {
+  int raw = retry([&] {
+    return ::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+  });
+  if (raw < 0) return sys_error(errno, "create", shown);
+  fd f(raw);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = retry([&] { return ::write(f.get(), bytes.data() + done, bytes.size() - done); });
+    if (n < 0) return sys_error(errno, "write", shown);
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+error rename_noreplace(int dirfd, const std::string& from, const std::string& to,
+                       const std::string& shown) {
+#ifndef RENAME_NOREPLACE
+  constexpr unsigned RENAME_NOREPLACE = 1;
+#endif
+  if (env_flag("OFFLOAD_LOCK_NO_RENAMEAT2"))
+    return sys_error(EINVAL, "rename (RENAME_NOREPLACE disabled)", shown);
+  long r = retry([&] {
+    return ::syscall(SYS_renameat2, dirfd, from.c_str(), dirfd, to.c_str(), RENAME_NOREPLACE);
+  });
+  if (r != 0) return sys_error(errno, "rename", shown);
+  return {};
+}
+
+error rename_at(int dirfd, const std::string& from, const std::string& to, const std::string& shown) {
+  if (retry([&] { return ::renameat(dirfd, from.c_str(), dirfd, to.c_str()); }) != 0)
+    return sys_error(errno, "rename", shown);
+  return {};
+}
+
+namespace {
+error remove_tree_in(int dirfd, const std::string& name, const std::string& shown, int depth) {
+  auto st = stat_at(dirfd, name, shown);
+  if (!st) return st.err().code().value() == ENOENT ? error{} : st.err();
+  if (!st->is_dir) return unlink_at(dirfd, name, false, shown);
+  if (depth > 32) return sys_error(ELOOP, "remove (too deep)", shown);
+  auto d = open_dir(dirfd, name, true, shown);
+  if (!d) return d.err().code().value() == ENOENT ? error{} : d.err();
+  auto names = list_dir(d->get(), shown);
+  if (!names) return names.err();
+  for (const auto& n : *names) {
+    if (auto e = remove_tree_in(d->get(), n, shown + "/" + n, depth + 1)) return e;
+  }
+  return unlink_at(dirfd, name, true, shown);
+}
+}  // namespace
+
+error remove_tree_at(int dirfd, const std::string& name, const std::string& shown) {
+  return remove_tree_in(dirfd, name, shown, 0);
+}
+
+error unlink_at(int dirfd, const std::string& name, bool dir, const std::string& shown) {
+  if (retry([&] { return ::unlinkat(dirfd, name.c_str(), dir ? AT_REMOVEDIR : 0); }) != 0) {
+    if (errno == ENOENT) return {};
+    return sys_error(errno, dir ? "rmdir" : "unlink", shown);
+  }
+  return {};
+}
+
+error touch_at(int dirfd, const std::string& name, const std::string& shown) {
+  if (retry([&] { return ::utimensat(dirfd, name.c_str(), nullptr, AT_SYMLINK_NOFOLLOW); }) != 0)
+    return sys_error(errno, "touch", shown);
+  return {};
+}
+
+result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown) {
+  int dup = retry([&] { return ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
+  if (dup < 0) return sys_error(errno, "open", shown);
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    int e = errno;
+    ::close(dup);
+    return sys_error(e, "opendir", shown);
+  }
+  std::vector<std::string> names;
+  errno = 0;
+  while (struct dirent* ent = ::readdir(d)) {
+    if (std::strcmp(ent->d_name, ".") != 0 && std::strcmp(ent->d_name, "..") != 0)
+      names.emplace_back(ent->d_name);
+  }
+  int e = errno;
+  ::closedir(d);
+  if (e != 0) return sys_error(e, "readdir", shown);
+  return names;
+}
+
+error ofd_lock(int f, bool write) {
+  struct flock l {};
+  l.l_type = write ? F_WRLCK : F_RDLCK;
+  l.l_whence = SEEK_SET;
+  if (retry([&] { return ::fcntl(f, F_OFD_SETLK, &l); }) != 0)
+    return error(std::error_code(errno, std::system_category()), "fcntl(F_OFD_SETLK)");
+  return {};
+}
+
+error try_flock_exclusive(int f) {
+  if (retry([&] { return ::flock(f, LOCK_EX | LOCK_NB); }) != 0)
+    return error(std::error_code(errno, std::system_category()), "flock");
+  return {};
+}
+
+bool ofd_locked_elsewhere(int f) {
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  if (retry([&] { return ::fcntl(f, F_OFD_GETLK, &l); }) != 0) return false;
+  return l.l_type != F_UNLCK;
+}
+
+std::int64_t now_ms() {
+  struct timespec t {};
+  ::clock_gettime(CLOCK_REALTIME, &t);
+  return ts_ms(t);
+}
+
+std::int64_t monotonic_ms() {
+  struct timespec t {};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return ts_ms(t);
+}
+
+std::string random_hex(std::size_t bytes) {
+  std::string raw(bytes, '\0');
+  std::size_t got = 0;
+  while (got < bytes) {
+    ssize_t n = ::getrandom(&raw[got], bytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // No entropy source at all: fall back to something unique enough for
+      // staging names (pid, time); tokens then stay unique per acquisition.
+      std::snprintf(&raw[0], bytes, "%lx%lx", static_cast<long>(::getpid()),
+                    static_cast<long>(monotonic_ms()));
+      break;
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+unsigned current_umask() {
+  // umask() can only be read by setting it; set it straight back. Racy only
+  // against another thread changing the umask at the same moment.
+  mode_t m = ::umask(022);
+  ::umask(m);
+  return m;
+}
+
+namespace {
+// Parses /proc/<pid>/stat: the state letter and the start time in ticks.
+bool read_proc_stat(std::int64_t pid, char& state, std::uint64_t& ticks) {
+  std::string s = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  // The command name is in parentheses and may itself hold spaces and ')'.
+  auto close = s.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream in(s.substr(close + 1));
+  std::string field;
+  // After ")": state is field 3; starttime is field 22.
+  for (int i = 3; i <= 22; ++i) {
+    if (!(in >> field)) return false;
+    if (i == 3) state = field.empty() ? '?' : field[0];
+  }
+  try {
+    ticks = std::stoull(field);
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
+liveness probe(std::int64_t pid) {
+  if (pid <= 0 || pid > INT_MAX) return liveness::invalid;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return liveness::dead;
+  char state = '?';
+  std::uint64_t ticks = 0;
+  // kill(pid, 0) succeeds on a zombie: only its state tells it has exited.
+  if (read_proc_stat(pid, state, ticks) && (state == 'Z' || state == 'X')) return liveness::zombie;
+  return liveness::alive;
+}
+
+std::optional<proc_start> start_of(std::int64_t pid) {
+  if (pid <= 0 || pid > INT_MAX) return std::nullopt;
+  char state = '?';
+  std::uint64_t ticks = 0;
+  if (!read_proc_stat(pid, state, ticks)) return std::nullopt;
+  long hz = ::sysconf(_SC_CLK_TCK);
+  if (hz <= 0) hz = 100;
+  struct timespec boot {};
+  ::clock_gettime(CLOCK_BOOTTIME, &boot);
+  // The start in boot time, turned into wall time by today's offset between
+  // the two clocks (so a wall-clock step since boot does not skew it).
+  std::int64_t started_boot_ms = static_cast<std::int64_t>(ticks * 1000 / static_cast<std::uint64_t>(hz));
+  proc_start out;
+  out.ticks = ticks;
+  out.epoch_ms = now_ms() - (ts_ms(boot) - started_boot_ms);
+  return out;
+}
+
+std::int64_t self_pid() { return ::getpid(); }
+std::int64_t parent_pid() { return ::getppid(); }
+std::uint32_t self_uid() { return ::geteuid(); }
+
+const std::string& boot_id() {
+  static const std::string id = [] {
+    std::string s = read_small_file("/proc/sys/kernel/random/boot_id");
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }();
+  return id;
+}
+
+const std::string& host_name() {
+  static const std::string name = [] {
+    char buf[HOST_NAME_MAX + 1] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0) return std::string();
+    return std::string(buf);
+  }();
+  return name;
+}
+
+std::string program_name() {
+  return program_invocation_short_name ? program_invocation_short_name : "";
+}
+
+std::optional<std::string> get_env(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+// ---- watcher ----
+
+watcher::watcher() {
+  if (!env_flag("OFFLOAD_LOCK_NO_INOTIFY")) ino_ = fd(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  pidfd_ok_ = !env_flag("OFFLOAD_LOCK_NO_PIDFD");
+}
+
+watcher::~watcher() = default;
+
+bool watcher::watch_dir(const std::string& path, bool contents) {
+  unwatch_dir();
+  if (!ino_.valid()) return false;
+  std::uint32_t mask = IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW;
+  // While a holder's meta.json is incomplete, its arrival is news too.
+  if (contents) mask |= IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE;
+  wd_ = ::inotify_add_watch(ino_.get(), path.c_str(), mask);
+  return wd_ >= 0;
+}
+
+void watcher::unwatch_dir() {
+  if (wd_ >= 0) ::inotify_rm_watch(ino_.get(), wd_);
+  wd_ = -1;
+  if (!ino_.valid()) return;
+  // Drop events already queued for the old watch.
+  char buf[4096];
+  while (::read(ino_.get(), buf, sizeof buf) > 0) {
+  }
+}
+
+bool watcher::watch_pid(std::int64_t pid) {
+  unwatch_pid();
+  if (!pidfd_ok_ || pid <= 0 || pid > INT_MAX) return false;
+#ifdef SYS_pidfd_open
+  long f = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
+  if (f < 0) {
+    if (errno == ENOSYS) pidfd_ok_ = false;
+    return false;
+  }
+  pidfd_ = fd(static_cast<int>(f));
+  return true;
+#else
+  pidfd_ok_ = false;
+  return false;
+#endif
+}
+
+void watcher::unwatch_pid() { pidfd_.reset(); }
+
+watcher::wake watcher::wait(std::int64_t timeout_ms, int extra_fd) {
+  struct pollfd fds[3];
+  int n = 0;
+  int ino_i = -1, pid_i = -1, extra_i = -1;
+  if (ino_.valid() && wd_ >= 0) { ino_i = n; fds[n++] = {ino_.get(), POLLIN, 0}; }
+  if (pidfd_.valid()) { pid_i = n; fds[n++] = {pidfd_.get(), POLLIN, 0}; }
+  if (extra_fd >= 0) { extra_i = n; fds[n++] = {extra_fd, POLLIN, 0}; }
+  std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
+  for (;;) {
+    int t = -1;
+    if (deadline >= 0) {
+      std::int64_t left = deadline - monotonic_ms();
+      if (left <= 0) return wake::timeout;
+      t = left > INT_MAX ? INT_MAX : static_cast<int>(left);
+    }
+    int r = ::poll(fds, static_cast<nfds_t>(n), t);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return wake::timeout;
+    }
+    if (r == 0) {
+      if (deadline >= 0 && monotonic_ms() >= deadline) return wake::timeout;
+      continue;
+    }
+    if (pid_i >= 0 && fds[pid_i].revents) return wake::pid_exit;
+    if (extra_i >= 0 && fds[extra_i].revents) return wake::extra_fd;
+    if (ino_i >= 0 && fds[ino_i].revents) {
+      char buf[4096];
+      while (::read(ino_.get(), buf, sizeof buf) > 0) {
+      }
+      return wake::dir_event;
+    }
+  }
+}
+
+}  // namespace offload_lock::detail::sys
