@@ -1,0 +1,77 @@
+// The test binary: Catch2's runner, plus child modes that the multi-process
+// tests start as real peer processes (`offload_lock_tests --child MODE ...`).
+// A child talks to the test over stdin/stdout lines.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <iostream>
+#include <string>
+
+#include "offload_lock/lock.hpp"
+
+namespace {
+
+namespace ol = offload_lock;
+
+// hold PATH WAIT_MS [TTL_MS]: take the lock through the library, say
+// "acquired PID TOKEN" (or "busy", "timed_out", "error MESSAGE"), then obey
+// lines: "release" -> "released" | "lost"; "still" -> "held" | "not held".
+// At EOF the lock object's destructor releases.
+int child_hold(int argc, char** argv) {
+  if (argc < 2) return 2;
+  ol::lock_options o;
+  o.path = argv[0];
+  o.wait = std::stoll(argv[1]) < 0 ? ol::wait_forever : ol::milliseconds(std::stoll(argv[1]));
+  if (argc > 2) o.ttl = ol::milliseconds(std::stoll(argv[2]));
+  o.label = "test-child";
+  o.on_lost = [](const ol::error&) { std::cout << "on_lost" << std::endl; };
+  auto l = ol::lock::acquire(o);
+  if (!l) {
+    const auto& e = l.err();
+    if (e == ol::errc::busy) std::cout << "busy" << std::endl;
+    else if (e == ol::errc::timed_out) std::cout << "timed_out" << std::endl;
+    else std::cout << "error " << e.message() << std::endl;
+    return 1;
+  }
+  std::cout << "acquired " << l->pid() << " " << l->token() << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line == "release") {
+      std::cout << (l->release() ? "lost" : "released") << std::endl;
+    } else if (line == "still") {
+      std::cout << (l->still_held() ? "held" : "not held") << std::endl;
+    }
+  }
+  return 0;
+}
+
+// cycle PATH N: acquire and release N times (waiting forever), then "done".
+int child_cycle(int argc, char** argv) {
+  if (argc < 2) return 2;
+  long n = std::stol(argv[1]);
+  for (long i = 0; i < n; ++i) {
+    auto l = ol::lock::acquire(argv[0]);
+    if (!l) {
+      std::cout << "error " << l.err().message() << std::endl;
+      return 1;
+    }
+    if (l->release()) {
+      std::cout << "lost" << std::endl;
+      return 1;
+    }
+  }
+  std::cout << "done" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--child") {
+    std::string mode = argv[2];
+    if (mode == "hold") return child_hold(argc - 3, argv + 3);
+    if (mode == "cycle") return child_cycle(argc - 3, argv + 3);
+    std::cerr << "unknown child mode " << mode << "\n";
+    return 2;
+  }
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,95 @@
+// Test support: per-test temporary directories, real child processes
+// (spawned with Boost.Process) with line-based I/O and bounded waits, and
+// small file helpers. Nothing here sleeps a fixed time to let things happen:
+// every wait is for an event, with a generous upper bound.
+#ifndef OFFLOAD_LOCK_TESTS_SUPPORT_HPP
+#define OFFLOAD_LOCK_TESTS_SUPPORT_HPP
+
+#include <boost/filesystem.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace olt {
+
+namespace fs = boost::filesystem;
+using namespace std::chrono_literals;
+using ms = std::chrono::milliseconds;
+
+// A generous bound for anything that should happen "at once".
+inline constexpr ms kPrompt = 10s;
+
+// A fresh directory under the system temp dir, removed afterwards.
+struct temp_dir {
+  fs::path path;
+  temp_dir();
+  ~temp_dir();
+  std::string lock() const { return (path / "gpu.lock").string(); }
+  std::string str() const { return path.string(); }
+};
+
+// Environment changes for a child: a value, or nullopt to unset.
+using env_changes = std::map<std::string, std::optional<std::string>>;
+
+// A child process with a pipe on its stdin and its stdout; stderr goes to a
+// file that can be read afterwards.
+class child {
+ public:
+  child(const std::string& exe, const std::vector<std::string>& args, const env_changes& env = {});
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+  ~child();
+
+  int pid() const { return pid_; }
+  // The next line of stdout (without the newline), or nullopt on EOF or
+  // when none arrives within the timeout.
+  std::optional<std::string> read_line(ms timeout = kPrompt);
+  void write_line(const std::string& line);
+  void close_stdin();
+  void kill(int sig);
+  // Waits for the exit: the exit code, 128+N for signal N; nullopt on timeout.
+  std::optional<int> wait(ms timeout = kPrompt);
+  bool exited() const { return status_.has_value(); }
+  std::string err_text() const;
+
+ private:
+  int pid_ = -1;
+  int in_ = -1, out_ = -1;
+  std::string buf_;
+  std::optional<int> status_;
+  fs::path err_path_;
+};
+
+// This test binary (for re-running itself in a child mode).
+std::string self_exe();
+// The offload-lock command built with the tests.
+std::string cli_exe();
+
+struct cli_result {
+  int code = -1;
+  std::string out, err;
+};
+// Runs offload-lock with args and waits for it (bounded).
+cli_result run_cli(const std::vector<std::string>& args, const env_changes& env = {}, ms timeout = 30s);
+
+// Polls `pred` until true or the timeout passes (a bounded wait for a state
+// another process produces). Returns the last value.
+bool eventually(const std::function<bool()>& pred, ms timeout = kPrompt);
+
+void write_file(const fs::path& p, const std::string& bytes);
+std::string read_file(const fs::path& p);
+void set_mtime(const fs::path& p, std::int64_t epoch_ms);
+std::int64_t now_ms();
+// The pid of a process that has exited and been reaped.
+int dead_pid();
+// Makes a v1 lock directory by hand: mkdir, then meta.json with `meta`.
+void make_lock(const std::string& lock, const std::optional<std::string>& meta);
+bool running_as_root();
+
+}  // namespace olt
+
+#endif  // OFFLOAD_LOCK_TESTS_SUPPORT_HPP

@@ -1,0 +1,167 @@
+// Staleness, row by row: offload-lock's judgment (A3 + B3 + B6), the Node
+// runners' isStale() (A3, quirks included) and the Go readers' Inspect()
+// (A5), each from the same snapshot and the same (fake) kernel answers.
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "judge.hpp"
+
+using namespace offload_lock::detail;
+
+namespace {
+
+constexpr std::int64_t kNow = 1'800'000'000'000;
+constexpr std::int64_t kTtl = 3'600'000;
+constexpr std::int64_t kGrace = 2'000;
+constexpr std::int64_t kHour = 3'600'000;
+
+struct fake_proc {
+  sys::liveness state;
+  std::int64_t start_epoch_ms;
+  std::uint64_t ticks;
+};
+
+process_view fake_view() {
+  static const std::map<std::int64_t, fake_proc> procs = {
+      {100, {sys::liveness::alive, kNow - kHour, 5000}},
+      {200, {sys::liveness::dead, 0, 0}},
+      {300, {sys::liveness::zombie, kNow - kHour, 6000}},
+      {500, {sys::liveness::alive, kNow - 1000, 9999}},
+  };
+  process_view pv;
+  pv.probe = [](std::int64_t pid) {
+    auto it = procs.find(pid);
+    return it == procs.end() ? sys::liveness::dead : it->second.state;
+  };
+  pv.start_of = [](std::int64_t pid) -> std::optional<sys::proc_start> {
+    auto it = procs.find(pid);
+    if (it == procs.end() || it->second.state == sys::liveness::dead) return std::nullopt;
+    return sys::proc_start{it->second.ticks, it->second.start_epoch_ms};
+  };
+  pv.boot_id = "boot-A";
+  pv.host = "gpu1";
+  return pv;
+}
+
+snapshot snap(const std::optional<std::string>& meta, std::int64_t meta_age, std::int64_t dir_age = 10'000,
+              bool locked = false) {
+  snapshot s;
+  s.present = true;
+  s.is_dir = true;
+  s.dir_mtime_ms = kNow - dir_age;
+  s.meta_exists = meta.has_value();
+  if (meta) {
+    s.meta = parse_meta(*meta);
+    s.meta_mtime_ms = kNow - meta_age;
+  }
+  s.process_locked = locked;
+  return s;
+}
+
+std::string node_meta(const std::string& pid) { return "{\"pid\":" + pid + ",\"startedAt\":" + std::to_string(kNow - 5000) + "}"; }
+
+}  // namespace
+
+TEST_CASE("staleness: offload-lock, Node and Go, row by row", "[unit][judge]") {
+  struct row {
+    const char* name;
+    snapshot s;
+    bool ours_stale;
+    const char* reason_has;  // a word the reason must contain
+    bool node_stale;
+    bool go_held;
+    std::int64_t go_pid;
+  };
+  const std::string ago10m = std::to_string(kNow - 600'000);
+  const std::string ago10s = std::to_string(kNow - 10'000);
+  std::vector<row> rows = {
+      // B3: a Node runner between mkdir and write is left alone for the grace.
+      {"no meta, directory younger than the grace", snap(std::nullopt, 0, 500), false, "grace", true, false, 0},
+      {"no meta, directory older than the grace", snap(std::nullopt, 0, 5000), true, "missing", true, false, 0},
+      {"empty meta within the grace", snap("", 100, 100), false, "grace", true, false, 0},
+      {"half-written meta past the grace", snap("{\"pid\":1", 5000, 5000), true, "not valid JSON", true, false, 0},
+      {"null meta: Node stale, Go held pid 0", snap("null", 5000, 5000), true, "falsy", true, true, 0},
+      {"[] within the TTL: Node held (no pid), Go free", snap("[]", 1000), false, "held", false, false, 0},
+      {"[] past the TTL", snap("[]", 2 * kHour), true, "TTL", true, false, 0},
+      {"live pid, fresh", snap(node_meta("100"), 1000), false, "held", false, true, 100},
+      {"dead pid", snap(node_meta("200"), 1000), true, "dead", true, false, 0},
+      // B6: a zombie still answers kill(pid, 0): Node and Go think it alive.
+      {"zombie pid", snap(node_meta("300"), 1000), true, "zombie", false, true, 300},
+      {"pid as a string: TTL only for Node and us, Go free", snap(node_meta("\"100\""), 1000), false, "held", false,
+       false, 0},
+      {"pid as a string past the TTL", snap(node_meta("\"100\""), 2 * kHour), true, "TTL", true, false, 0},
+      {"pid 1.5: Node's kill throws (dead)", snap(node_meta("1.5"), 1000), true, "valid process id", true, false, 0},
+      {"pid 100.0 is pid 100 for Node; Go cannot decode it", snap(node_meta("100.0"), 1000), false, "held", false,
+       false, 0},
+      {"pid 0 is never signalled", snap(node_meta("0"), 1000), false, "held", false, true, 0},
+      {"negative pid is never signalled", snap(node_meta("-5"), 1000), false, "held", false, true, -5},
+      {"negative pid past the TTL", snap(node_meta("-5"), 2 * kHour), true, "TTL", true, false, 0},
+      {"pid above 2^31", snap(node_meta("2147483648"), 1000), true, "valid process id", true, false, 0},
+      // D5 for Node holders: nothing refreshes their mtime.
+      {"live pid past the TTL", snap(node_meta("100"), 2 * kHour), true, "TTL", true, false, 0},
+      // A live offload-lock process keeps its OFD lock: held whatever the clock says.
+      {"live offload-lock process past the TTL", snap(node_meta("100"), 2 * kHour, 10'000, true), false, "live",
+       true, false, 0},
+      {"dead pid but a live offload-lock process holds it", snap(node_meta("200"), 1000, 10'000, true), false,
+       "live", true, false, 0},
+      // D4 / B6: a pid whose process started after the lock was taken.
+      {"pid reused: process started 10 min after startedAt",
+       snap("{\"pid\":500,\"startedAt\":" + ago10m + "}", 1000), true, "reused", false, true, 500},
+      {"process start within the slack of startedAt", snap("{\"pid\":500,\"startedAt\":" + ago10s + "}", 1000), false,
+       "held", false, true, 500},
+      {"procTicks differ on the same boot",
+       snap("{\"pid\":100,\"startedAt\":1,\"bootId\":\"boot-A\",\"procTicks\":4999}", 1000), true, "reused", false,
+       true, 100},
+      {"procTicks match on the same boot",
+       snap("{\"pid\":100,\"startedAt\":1,\"bootId\":\"boot-A\",\"procTicks\":5000}", 1000), false, "held", false,
+       true, 100},
+      {"procStart later than the process start allows",
+       snap("{\"pid\":500,\"startedAt\":1,\"procStart\":" + ago10m + "}", 1000), true, "reused", false, true, 500},
+      {"another boot", snap("{\"pid\":100,\"startedAt\":1,\"bootId\":\"boot-B\"}", 1000), true, "boot", false, true,
+       100},
+      {"another host: its pid cannot be checked here",
+       snap("{\"pid\":200,\"startedAt\":1,\"host\":\"gpu9\"}", 1000), false, "held", true, false, 0},
+      {"mtime in the future", snap(node_meta("100"), -kHour), false, "held", false, true, 100},
+  };
+  const process_view pv = fake_view();
+  for (const auto& r : rows) {
+    SECTION(r.name) {
+      verdict v = judge(r.s, kNow, kTtl, kGrace, pv);
+      CHECK(v.stale == r.ours_stale);
+      CHECK_THAT(v.reason, Catch::Contains(r.reason_has));
+      CHECK(node_is_stale(r.s, kNow, kTtl, pv) == r.node_stale);
+      go_view g = go_inspect(r.s, kNow, kTtl, pv);
+      CHECK(g.held == r.go_held);
+      if (r.go_held) CHECK(g.pid == r.go_pid);
+    }
+  }
+}
+
+TEST_CASE("the verdict names when and on what it may change", "[unit][judge]") {
+  const process_view pv = fake_view();
+  SECTION("incomplete meta: at the end of the grace, and on a write") {
+    verdict v = judge(snap(std::nullopt, 0, 500), kNow, kTtl, kGrace, pv);
+    CHECK(v.incomplete);
+    CHECK(v.changes_at_ms == kNow - 500 + kGrace);
+  }
+  SECTION("a live holder: on its death, or at TTL expiry") {
+    verdict v = judge(snap(node_meta("100"), 1000), kNow, kTtl, kGrace, pv);
+    CHECK(v.holder_pid == 100);
+    CHECK_FALSE(v.incomplete);
+    CHECK(v.changes_at_ms == kNow - 1000 + kTtl + 1);
+  }
+  SECTION("no pid: only the TTL") {
+    verdict v = judge(snap("[]", 1000), kNow, kTtl, kGrace, pv);
+    CHECK(v.holder_pid == 0);
+  }
+}
+
+TEST_CASE("Go: a path that is not a directory or has no meta is free", "[unit][judge]") {
+  const process_view pv = fake_view();
+  snapshot file;
+  file.present = true;
+  file.is_dir = false;
+  CHECK_FALSE(go_inspect(file, kNow, kTtl, pv).held);
+  CHECK_FALSE(go_inspect(snapshot{}, kNow, kTtl, pv).held);
+  CHECK(node_is_stale(snap(std::nullopt, 0), kNow, kTtl, pv));
+}
