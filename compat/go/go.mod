@@ -1,0 +1,3 @@
+module offload-lock/compat/go
+
+go 1.19

@@ -1,0 +1,163 @@
+package gpulock
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// DefaultTTL is the age of meta.json (measured from its mtime) beyond which a
+// lock is stale, the same one hour the Node runners use.
+const DefaultTTL = time.Hour
+
+// metaFileName is the holder record inside the lock directory.
+const metaFileName = "meta.json"
+
+// maxMetaSize caps how much of meta.json is read. A real record is well under
+// 1 KiB; a larger file is treated as unreadable (free) rather than read whole.
+const maxMetaSize = 1 << 20
+
+// Info is one point-in-time, read-only inspection of the lock. When the lock
+// is not held, every field is its zero value.
+type Info struct {
+	// Held is true when the lock directory exists AND its meta.json is not
+	// stale: present, readable, decodable, holder pid alive (or not
+	// checked), and mtime no older than the TTL.
+	Held bool
+
+	// Age is the time since the meta.json mtime, the clock the Node runners
+	// use for their TTL (not startedAt). It is negative if the mtime lies in
+	// the future. Zero when not held.
+	Age time.Duration
+
+	// PID is the holder pid recorded in meta.json, exactly as recorded
+	// (0 when the key is absent or the lock is not held; a recorded 0 or
+	// negative value is reported as is, although it is never signalled).
+	PID int
+
+	// Label is the optional "label" key written by offload-lock (what holds
+	// the lock, e.g. a job name), when it is a JSON string; "" otherwise
+	// and when not held. It never affects Held.
+	Label string
+
+	// StartedAt is the holder's "startedAt" (epoch milliseconds) as a time.
+	// It is the zero time.Time when the key is absent or 0, and when not
+	// held.
+	StartedAt time.Time
+
+	// Host is the optional "host" key written by offload-lock, when it is a
+	// JSON string; "" otherwise and when not held. It never affects Held.
+	Host string
+}
+
+// coreMeta is what decides Held. Decoding into exactly these Go types is what
+// makes a string pid, a float pid (even 123.0) or a string startedAt an error,
+// and so FREE, as in the original reader.
+type coreMeta struct {
+	Pid       int   `json:"pid"`
+	StartedAt int64 `json:"startedAt"`
+}
+
+// extraMeta holds the optional keys. They are decoded in a second, separate
+// pass whose errors are ignored, so a label of the wrong type can never turn
+// a held lock into a free one.
+type extraMeta struct {
+	Label json.RawMessage `json:"label"`
+	Host  json.RawMessage `json:"host"`
+}
+
+// Inspect reports whether the lock directory at lockPath is held, with the
+// default one-hour TTL. It is read-only: it never creates, reclaims or removes
+// anything, and a stale lock is reported as free and left where it is.
+//
+// Inspect does not block except on the file system (a FIFO planted as
+// meta.json blocks it until a writer appears, as os.ReadFile would). It is
+// safe for concurrent use.
+func Inspect(lockPath string) Info {
+	return InspectTTL(lockPath, DefaultTTL)
+}
+
+// InspectTTL is Inspect with an explicit TTL: a meta.json whose mtime is more
+// than ttl in the past is stale (free). It is read-only, like Inspect.
+func InspectTTL(lockPath string, ttl time.Duration) Info {
+	// Rule 1: the lock is a directory; anything else is free.
+	st, err := os.Stat(lockPath)
+	if err != nil || !st.IsDir() {
+		return Info{}
+	}
+
+	// Rule 2: meta.json must be readable and at most maxMetaSize bytes.
+	metaPath := filepath.Join(lockPath, metaFileName)
+	data, err := readCapped(metaPath, maxMetaSize)
+	if err != nil {
+		return Info{}
+	}
+
+	// Rule 3: strict decode. Any error is free; "null" is not an error.
+	var core coreMeta
+	if err := json.Unmarshal(data, &core); err != nil {
+		return Info{}
+	}
+
+	// Rule 4: only a positive pid is signalled. Signal 0 checks existence;
+	// EPERM means the process exists but belongs to someone else.
+	if core.Pid > 0 {
+		if err := syscall.Kill(core.Pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+			return Info{}
+		}
+	}
+
+	// Rule 5: TTL from the meta.json mtime.
+	mst, err := os.Stat(metaPath)
+	if err != nil {
+		return Info{}
+	}
+	age := time.Since(mst.ModTime())
+	if age > ttl {
+		return Info{}
+	}
+
+	info := Info{Held: true, Age: age, PID: core.Pid}
+	if core.StartedAt != 0 {
+		info.StartedAt = time.UnixMilli(core.StartedAt)
+	}
+	var extra extraMeta
+	if json.Unmarshal(data, &extra) == nil {
+		info.Label = rawString(extra.Label)
+		info.Host = rawString(extra.Host)
+	}
+	return info
+}
+
+// errTooLarge marks a meta.json over the read cap.
+var errTooLarge = errors.New("gpulock: meta.json larger than the read cap")
+
+// readCapped reads the whole file, failing if it holds more than max bytes.
+func readCapped(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, errTooLarge
+	}
+	return data, nil
+}
+
+// rawString returns raw as a Go string if it is a JSON string, else "".
+func rawString(raw json.RawMessage) string {
+	var s string
+	if len(raw) == 0 || json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
+}
