@@ -14,6 +14,7 @@ class category_impl final : public std::error_category {
       case errc::not_owner: return "lock is held by someone else";
       case errc::lost: return "lock was removed or replaced by someone else";
       case errc::bad_input: return "invalid argument";
+      case errc::cancelled: return "wait cancelled";
     }
     return "unknown offload_lock error";
   }

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -319,17 +321,18 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
 // death, the verdict's own expiry, or the deadline. Never a busy loop: every
 // path out of here is an event or a timer of at least the fallback period,
 // except expiries the verdict itself named.
-void wait_for_change(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
-                     std::set<std::int64_t>& dead_seen, std::int64_t deadline_mono, std::int64_t poll_ms) {
+bool wait_for_change(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
+                     std::set<std::int64_t>& dead_seen, std::int64_t deadline_mono, std::int64_t poll_ms,
+                     const std::vector<int>& cancel_fds = {}) {
   bool dir_watched = w.watch_dir(t.path, v.incomplete);
   // The directory may have been replaced between the look and the watch.
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
-  if (!st || st->id != s.id) return;
+  if (!st || st->id != s.id) return true;
   bool pid_watched = false;
   if (v.holder_pid > 0 && !dead_seen.count(v.holder_pid)) {
     pid_watched = w.watch_pid(v.holder_pid);
     // pidfd_open fails with ESRCH when the holder died just now.
-    if (!pid_watched && w.has_pidfd() && sys::probe(v.holder_pid) == sys::liveness::dead) return;
+    if (!pid_watched && w.has_pidfd() && sys::probe(v.holder_pid) == sys::liveness::dead) return true;
   } else {
     w.unwatch_pid();
   }
@@ -339,13 +342,14 @@ void wait_for_change(sys::watcher& w, const target& t, const snapshot& s, const 
     timeout = poll_ms;
   if (v.changes_at_ms > 0) timeout = std::min(timeout, std::max<std::int64_t>(1, v.changes_at_ms - sys::now_ms()));
   if (deadline_mono >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline_mono - now_mono));
-  auto why = w.wait(timeout);
+  auto why = w.wait(timeout, cancel_fds);
   if (why == sys::watcher::wake::pid_exit) dead_seen.insert(v.holder_pid);
+  return why != sys::watcher::wake::extra_fd;
 }
 
 }  // namespace
 
-// The state of one held acquisition.
+// The state of one held acquisition of the lock directory.
 struct held_state {
   target t;
   sys::fd dir;  // keeps the OFD read lock: proof of life for other offload-lock processes
@@ -354,11 +358,12 @@ struct held_state {
   std::int64_t pid = 0;
   std::int64_t ttl = 0;
   std::function<void(const error&)> on_lost;
+  bool released = false;
 
   std::thread heartbeat;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;
+  sys::fd stop_read, stop_write;
+
+  ~held_state() { stop_heartbeat(); }
 
   // Same directory at the path, with our token in its meta.json.
   bool still_ours() const {
@@ -368,136 +373,132 @@ struct held_state {
     return mb && !mb->truncated && parse_meta(mb->bytes).token == token;
   }
 
-  // B7: touch meta.json well inside the TTL while the lock is still ours.
-  void beat() {
-    std::int64_t period = std::clamp<std::int64_t>(ttl / 4, 100, 60'000);
-    std::unique_lock<std::mutex> g(mu);
+  enum class kept { stopped, lost, holder_exited };
+
+  // B7 and loss detection: refresh meta.json's mtime well inside the TTL
+  // while the lock is still ours, and notice at once (inotify on the lock
+  // and its name in the parent) when it is removed or replaced. With
+  // watch_holder, also end when the recorded holder process exits.
+  kept keep(int stop_fd, bool watch_holder) {
+    const std::int64_t period = std::clamp<std::int64_t>(ttl / 4, 100, 60'000);
+    sys::watcher w;
+    std::int64_t next_touch = sys::monotonic_ms() + period;
     for (;;) {
-      if (cv.wait_for(g, milliseconds(period), [&] { return stopping; })) return;
-      if (!still_ours()) {
-        if (on_lost) on_lost(error(errc::lost, t.path));
-        return;
+      bool dir_watched = w.watch_dir(t.path, false);
+      if (!still_ours()) return kept::lost;
+      bool pid_watched = false;
+      if (watch_holder) {
+        pid_watched = w.watch_pid(pid);
+        auto alive = sys::probe(pid);
+        if (alive == sys::liveness::dead || alive == sys::liveness::zombie) return kept::holder_exited;
       }
-      (void)sys::touch_at(dir.get(), kMeta, t.path + "/" + kMeta);
+      std::int64_t timeout = std::max<std::int64_t>(0, next_touch - sys::monotonic_ms());
+      if (!dir_watched || (watch_holder && !pid_watched)) timeout = std::min(timeout, kFallbackPollMs);
+      switch (w.wait(timeout, stop_fd)) {
+        case sys::watcher::wake::extra_fd: return kept::stopped;
+        case sys::watcher::wake::pid_exit: return kept::holder_exited;
+        case sys::watcher::wake::dir_event: break;  // re-checked at the top
+        case sys::watcher::wake::timeout:
+          if (sys::monotonic_ms() >= next_touch) {
+            if (!still_ours()) return kept::lost;
+            (void)sys::touch_at(dir.get(), kMeta, t.path + "/" + kMeta);
+            next_touch = sys::monotonic_ms() + period;
+          }
+          break;
+      }
     }
+  }
+
+  void start_heartbeat() {
+    auto p = sys::make_pipe();
+    if (!p) return;  // no pipe, no heartbeat: the pid rules still hold
+    stop_read = std::move(p->first);
+    stop_write = std::move(p->second);
+    heartbeat = std::thread([this] {
+      if (keep(stop_read.get(), false) == kept::lost && on_lost) on_lost(error(errc::lost, t.path));
+    });
   }
 
   void stop_heartbeat() {
-    {
-      std::lock_guard<std::mutex> g(mu);
-      stopping = true;
-    }
-    cv.notify_all();
-    if (heartbeat.joinable()) heartbeat.join();
+    if (!heartbeat.joinable()) return;
+    sys::notify(stop_write.get());
+    heartbeat.join();
+  }
+
+  // B5: remove the directory only if it is still ours.
+  error release() {
+    stop_heartbeat();
+    if (released) return {};
+    released = true;
+    if (!still_ours()) return error(errc::lost, t.path);
+    auto r = remove_exact(t, id, "cannot release lock " + t.path);
+    if (!r) return r.err();
+    return *r == reclaim_result::reclaimed ? error{} : error(errc::lost, t.path);
   }
 };
 
-}  // namespace detail
+// B10: the threads of one process that want the same lock queue here, in
+// arrival order, and only the thread at the front makes the file claim. One
+// gate per lock directory (parent device and inode, and name).
+struct local_gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::uint64_t> queue;  // tickets of waiting threads, oldest first
+  std::uint64_t next_ticket = 0;
+  bool owned = false;
+  std::thread::id owner;
+  int depth = 0;                    // acquisitions by the owner thread, nested ones included
+  std::shared_ptr<held_state> held;
+  std::string inherited_token;      // set when the claim is the parent process's (B11)
+};
 
-using namespace detail;
-
-lock::lock() noexcept = default;
-lock::lock(std::unique_ptr<held_state> s) noexcept : s_(std::move(s)) {}
-lock::lock(lock&&) noexcept = default;
-lock& lock::operator=(lock&& o) noexcept {
-  if (this != &o) {
-    if (s_) (void)release();
-    s_ = std::move(o.s_);
+std::shared_ptr<local_gate> gate_for(const target& t) {
+  static std::mutex registry_mu;
+  static std::map<std::string, std::weak_ptr<local_gate>> registry;
+  std::string key = t.name;
+  if (auto st = sys::stat_fd(t.parent.get(), t.path))
+    key = std::to_string(st->id.dev) + ":" + std::to_string(st->id.ino) + "/" + t.name;
+  std::lock_guard<std::mutex> g(registry_mu);
+  auto& slot = registry[key];
+  auto gate = slot.lock();
+  if (!gate) {
+    gate = std::make_shared<local_gate>();
+    slot = gate;
   }
-  return *this;
-}
-lock::~lock() {
-  if (s_) (void)release();
+  return gate;
 }
 
-bool lock::owns() const noexcept { return static_cast<bool>(s_); }
-bool lock::still_held() const { return s_ && s_->still_ours(); }
-
-static const std::string kEmpty;
-const std::string& lock::path() const { return s_ ? s_->t.path : kEmpty; }
-const std::string& lock::token() const { return s_ ? s_->token : kEmpty; }
-const std::string& lock::meta_json() const { return s_ ? s_->meta : kEmpty; }
-std::int64_t lock::pid() const { return s_ ? s_->pid : 0; }
-
-error lock::release() {
-  if (!s_) return error(errc::lost, "release of a lock that is not held");
-  std::unique_ptr<held_state> s = std::move(s_);
-  s->stop_heartbeat();
-  const target& t = s->t;
-  // B5: only our own directory, with our token, is removed.
-  if (!s->still_ours()) return error(errc::lost, t.path);
-  auto r = remove_exact(t, s->id, "cannot release lock " + t.path);
-  if (!r) return r.err();
-  return *r == reclaim_result::reclaimed ? error{} : error(errc::lost, t.path);
-}
-
-void lock::detach() noexcept {
-  if (!s_) return;
-  s_->stop_heartbeat();
-  s_.reset();
-}
-
-error lock::hold_for_holder() {
-  if (!s_) return error(errc::lost, "hold of a lock that is not held");
-  s_->stop_heartbeat();
-  held_state& s = *s_;
-  sys::watcher w;
-  const std::int64_t period = std::clamp<std::int64_t>(s.ttl / 4, 100, 60'000);
-  for (;;) {
-    if (!s.still_ours()) {
-      std::string path = s.t.path;
-      s_.reset();
-      return error(errc::lost, path);
-    }
-    bool dir_watched = w.watch_dir(s.t.path, false);
-    bool pid_watched = w.watch_pid(s.pid);
-    auto alive = sys::probe(s.pid);
-    if (alive == sys::liveness::dead || alive == sys::liveness::zombie) return release();
-    std::int64_t timeout = period;
-    if (!dir_watched || !pid_watched) timeout = std::min(timeout, kFallbackPollMs);
-    auto why = w.wait(timeout);
-    if (why == sys::watcher::wake::pid_exit) return release();
-    if (why == sys::watcher::wake::timeout && s.still_ours())
-      (void)sys::touch_at(s.dir.get(), kMeta, s.t.path + "/" + kMeta);
+// B11: the lock this process was started under (OFFLOAD_LOCK_PATH and
+// OFFLOAD_LOCK_TOKEN, exported by `offload-lock run` and
+// lock::child_environment()), when it is this lock and still held with that
+// token.
+std::optional<std::string> inherited_token(const target& t, std::int64_t ttl, std::int64_t grace) {
+  auto token = sys::get_env("OFFLOAD_LOCK_TOKEN");
+  if (!token || token->empty()) return std::nullopt;
+  if (auto env_path = sys::get_env("OFFLOAD_LOCK_PATH"); env_path && !env_path->empty()) {
+    auto other = open_target(*env_path);
+    if (!other || other->name != t.name) return std::nullopt;
+    auto a = sys::stat_fd(other->parent.get(), *env_path), b = sys::stat_fd(t.parent.get(), t.path);
+    if (!a || !b || a->id != b->id) return std::nullopt;
   }
+  auto d = inspect_target(t, ttl, grace, process_view::real());
+  if (!d || !d->i.held || d->i.token != *token) return std::nullopt;
+  return *token;
 }
 
-result<lock> lock::acquire(const std::string& path, milliseconds wait) {
-  lock_options o;
-  o.path = path;
-  o.wait = wait;
-  return acquire(o);
-}
+// One acquisition as a `lock` sees it: the owner of the process's claim, a
+// nested acquisition on the owner thread, or a claim passed down by a parent.
+struct handle {
+  std::shared_ptr<local_gate> gate;
+  bool outermost = false;
+  bool released = false;
+};
 
-result<lock> lock::acquire(const lock_options& opt) {
-  std::string path = opt.path.empty() ? resolve_path().path : opt.path;
-  auto tr = open_target(path);
-  if (!tr) return tr.err();
-  target& t = *tr;
-  if (opt.pid < 0) return error(errc::bad_input, "holder pid " + std::to_string(opt.pid));
-
-  meta_record rec;
-  rec.pid = opt.pid ? opt.pid : sys::self_pid();
-  rec.token = opt.token.empty() ? new_token() : opt.token;
-  if (rec.token.size() > 128 ||
-      rec.token.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
-          std::string::npos)
-    return error(errc::bad_input, "token '" + rec.token + "'");
-  rec.label = opt.label.empty() ? sys::program_name() : opt.label;
-  rec.host = sys::host_name();
-  rec.boot_id = sys::boot_id();
-  if (auto ps = sys::start_of(rec.pid)) {
-    rec.proc_start = ps->epoch_ms;
-    rec.proc_ticks = ps->ticks;
-  } else if (opt.pid) {
-    return error(sys::errno_code(std::errc::no_such_process),
-                 "holder pid " + std::to_string(opt.pid));
-  }
-
+result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& opt, meta_record rec,
+                                                  std::int64_t deadline) {
+  const std::string path = t.path;
   const process_view pv = process_view::real();
   const std::int64_t ttl = opt.ttl.count(), grace = opt.grace.count();
-  const std::int64_t deadline =
-      opt.wait == wait_forever ? -1 : sys::monotonic_ms() + std::max<std::int64_t>(0, opt.wait.count());
   clean_leftovers(t);
 
   std::unique_ptr<sys::watcher> w;
@@ -518,7 +519,7 @@ result<lock> lock::acquire(const lock_options& opt) {
     auto taken = try_take(t, bytes, how);
     if (!taken) return taken.err();
     if (how == take_result::taken) {
-      auto s = std::make_unique<held_state>();
+      auto s = std::make_shared<held_state>();
       s->t = std::move(t);
       s->dir = std::move(taken->dir);
       s->id = taken->id;
@@ -527,8 +528,8 @@ result<lock> lock::acquire(const lock_options& opt) {
       s->pid = rec.pid;
       s->ttl = ttl;
       s->on_lost = opt.on_lost;
-      if (opt.heartbeat) s->heartbeat = std::thread([p = s.get()] { p->beat(); });
-      return lock(std::move(s));
+      if (opt.heartbeat) s->start_heartbeat();
+      return s;
     }
 
     auto d = inspect_target(t, ttl, grace, pv);
@@ -565,8 +566,191 @@ result<lock> lock::acquire(const lock_options& opt) {
     }
     if (!w) w = std::make_unique<sys::watcher>();
     d->o.dir.reset();
-    wait_for_change(*w, t, d->o.snap, v, dead_seen, deadline, kFallbackPollMs);
+    if (!wait_for_change(*w, t, d->o.snap, v, dead_seen, deadline, kFallbackPollMs, opt.cancel_fds))
+      return error(errc::cancelled, path);
   }
+}
+
+
+}  // namespace detail
+
+using namespace detail;
+
+lock::lock() noexcept = default;
+lock::lock(std::unique_ptr<handle> h) noexcept : h_(std::move(h)) {}
+lock::lock(lock&&) noexcept = default;
+lock& lock::operator=(lock&& o) noexcept {
+  if (this != &o) {
+    if (h_) (void)release();
+    h_ = std::move(o.h_);
+  }
+  return *this;
+}
+lock::~lock() {
+  if (h_) (void)release();
+}
+
+bool lock::owns() const noexcept { return static_cast<bool>(h_); }
+
+namespace {
+const std::string kEmpty;
+}
+
+bool lock::still_held() const {
+  if (!h_) return false;
+  std::lock_guard<std::mutex> g(h_->gate->mu);
+  if (h_->gate->held) return h_->gate->held->still_ours();
+  return !h_->gate->inherited_token.empty();
+}
+
+const std::string& lock::path() const { return h_ && h_->gate->held ? h_->gate->held->t.path : kEmpty; }
+const std::string& lock::token() const {
+  if (!h_) return kEmpty;
+  return h_->gate->held ? h_->gate->held->token : h_->gate->inherited_token;
+}
+const std::string& lock::meta_json() const { return h_ && h_->gate->held ? h_->gate->held->meta : kEmpty; }
+std::int64_t lock::pid() const { return h_ && h_->gate->held ? h_->gate->held->pid : 0; }
+bool lock::nested() const noexcept { return h_ && !h_->outermost; }
+bool lock::inherited() const noexcept { return h_ && h_->outermost && !h_->gate->held && !h_->gate->inherited_token.empty(); }
+
+std::vector<std::pair<std::string, std::string>> lock::child_environment() const {
+  if (!h_) return {};
+  std::lock_guard<std::mutex> g(h_->gate->mu);
+  std::string path = h_->gate->held ? h_->gate->held->t.path : sys::get_env("OFFLOAD_LOCK_PATH").value_or("");
+  return {{"OFFLOAD_LOCK_PATH", path}, {"OFFLOAD_LOCK_TOKEN", token()}};
+}
+
+error lock::release() {
+  if (!h_) return error(errc::lost, "release of a lock that is not held");
+  std::unique_ptr<handle> h = std::move(h_);
+  local_gate& g = *h->gate;
+  std::unique_lock<std::mutex> guard(g.mu);
+  // A nested acquisition only counts down; the outermost one releases.
+  if (g.depth > 0) --g.depth;
+  if (!h->outermost) return {};
+  std::shared_ptr<held_state> held = std::move(g.held);
+  g.inherited_token.clear();
+  g.owned = false;
+  g.depth = 0;
+  guard.unlock();
+  error e = held ? held->release() : error{};  // an inherited claim stays the parent's
+  g.cv.notify_all();
+  return e;
+}
+
+void lock::detach() noexcept {
+  if (!h_) return;
+  std::unique_ptr<handle> h = std::move(h_);
+  std::lock_guard<std::mutex> guard(h->gate->mu);
+  if (!h->outermost) {
+    if (h->gate->depth > 0) --h->gate->depth;
+    return;
+  }
+  if (h->gate->held) {
+    h->gate->held->stop_heartbeat();
+    h->gate->held->released = true;
+  }
+  h->gate->held.reset();
+  h->gate->inherited_token.clear();
+  h->gate->owned = false;
+  h->gate->depth = 0;
+  h->gate->cv.notify_all();
+}
+
+error lock::hold_for_holder() {
+  if (!h_ || !h_->outermost || !h_->gate->held) return error(errc::lost, "hold of a lock that is not held here");
+  std::shared_ptr<held_state> held = h_->gate->held;
+  held->stop_heartbeat();
+  auto why = held->keep(-1, true);
+  if (why == held_state::kept::lost) {
+    held->released = true;
+    detach();
+    return error(errc::lost, held->t.path);
+  }
+  return release();
+}
+
+result<lock> lock::acquire(const std::string& path, milliseconds wait) {
+  lock_options o;
+  o.path = path;
+  o.wait = wait;
+  return acquire(o);
+}
+
+result<lock> lock::acquire(const lock_options& opt) {
+  std::string path = opt.path.empty() ? resolve_path().path : opt.path;
+  auto tr = open_target(path);
+  if (!tr) return tr.err();
+  if (opt.pid < 0) return error(errc::bad_input, "holder pid " + std::to_string(opt.pid));
+
+  meta_record rec;
+  rec.pid = opt.pid ? opt.pid : sys::self_pid();
+  rec.token = opt.token.empty() ? new_token() : opt.token;
+  if (rec.token.size() > 128 ||
+      rec.token.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
+          std::string::npos)
+    return error(errc::bad_input, "token '" + rec.token + "'");
+  rec.label = opt.label.empty() ? sys::program_name() : opt.label;
+  rec.host = sys::host_name();
+  rec.boot_id = sys::boot_id();
+  if (auto ps = sys::start_of(rec.pid)) {
+    rec.proc_start = ps->epoch_ms;
+    rec.proc_ticks = ps->ticks;
+  } else if (opt.pid) {
+    return error(sys::errno_code(std::errc::no_such_process), "holder pid " + std::to_string(opt.pid));
+  }
+  const std::int64_t deadline =
+      opt.wait == wait_forever ? -1 : sys::monotonic_ms() + std::max<std::int64_t>(0, opt.wait.count());
+
+  auto gate = gate_for(*tr);
+  std::unique_lock<std::mutex> g(gate->mu);
+  // B10: a nested acquisition on the thread that holds the lock passes straight through.
+  if (gate->owned && gate->owner == std::this_thread::get_id()) {
+    ++gate->depth;
+    return lock(std::make_unique<handle>(handle{gate, false, false}));
+  }
+  // Otherwise queue behind the other threads of this process, in arrival order.
+  const std::uint64_t ticket = gate->next_ticket++;
+  gate->queue.push_back(ticket);
+  auto my_turn = [&] { return !gate->owned && gate->queue.front() == ticket; };
+  auto leave_queue = [&] {
+    gate->queue.erase(std::find(gate->queue.begin(), gate->queue.end(), ticket));
+    gate->cv.notify_all();
+  };
+  if (deadline < 0) {
+    gate->cv.wait(g, my_turn);
+  } else if (!gate->cv.wait_until(g, std::chrono::steady_clock::now() +
+                                        milliseconds(std::max<std::int64_t>(0, deadline - sys::monotonic_ms())),
+                                  my_turn)) {
+    leave_queue();
+    return error(opt.wait.count() <= 0 ? errc::busy : errc::timed_out, path);
+  }
+  leave_queue();
+  gate->owned = true;
+  gate->owner = std::this_thread::get_id();
+  gate->depth = 1;
+  g.unlock();
+
+  auto give_up = [&](error e) -> result<lock> {
+    std::lock_guard<std::mutex> guard(gate->mu);
+    gate->owned = false;
+    gate->depth = 0;
+    gate->cv.notify_all();
+    return e;
+  };
+  // B11: a claim passed down by the process that started us passes straight through.
+  if (opt.inherit) {
+    if (auto token = inherited_token(*tr, opt.ttl.count(), opt.grace.count())) {
+      std::lock_guard<std::mutex> guard(gate->mu);
+      gate->inherited_token = *token;
+      return lock(std::make_unique<handle>(handle{gate, true, false}));
+    }
+  }
+  auto held = acquire_file(std::move(*tr), opt, std::move(rec), deadline);
+  if (!held) return give_up(held.err());
+  std::lock_guard<std::mutex> guard(gate->mu);
+  gate->held = std::move(*held);
+  return lock(std::make_unique<handle>(handle{gate, true, false}));
 }
 
 info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {

@@ -22,6 +22,7 @@ enum class errc {
   not_owner = 3,   // a release named a holder that does not hold the lock
   lost = 4,        // the lock this holder took is no longer its own
   bad_input = 5,   // a malformed argument (for example an empty lock path)
+  cancelled = 6,   // a wait was abandoned through lock_options::cancel_fds
 };
 
 const std::error_category& category() noexcept;

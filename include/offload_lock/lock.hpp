@@ -14,6 +14,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "offload_lock/error.hpp"
 
@@ -77,6 +79,16 @@ struct lock_options {
   // digits, '-' and '_' only, at most 128 of them.
   std::string token;
   bool heartbeat = true;         // refresh meta.json's mtime while held (B7)
+  // Pass straight through when this process was started under this same
+  // lock (OFFLOAD_LOCK_PATH / OFFLOAD_LOCK_TOKEN in the environment, as
+  // `offload-lock run` and child_environment() set them) and it is still
+  // held with that token (B11). The parent's lock is then never released
+  // from here.
+  bool inherit = true;
+  // While waiting, give up with errc::cancelled as soon as one of these
+  // descriptors becomes readable or hangs up (a self-pipe a signal handler
+  // writes to, the read end of a pipe whose writer may die).
+  std::vector<int> cancel_fds;
   // Called from the waiting thread each time the holder being waited for
   // changes (and once at the start of a wait). Must not throw.
   std::function<void(const info&)> on_wait;
@@ -85,11 +97,22 @@ struct lock_options {
   std::function<void(const error&)> on_lost;
 };
 
-namespace detail { struct held_state; }
+namespace detail { struct handle; }
 
-// A held lock. Move-only; the destructor releases it (errors ignored). Not
-// thread-safe: one lock object is used by one thread at a time, but its
-// heartbeat runs on a thread of its own.
+// A held lock. Move-only; the destructor releases it (errors ignored). One
+// lock object is used by one thread at a time; its heartbeat runs on a
+// thread of its own.
+//
+// Threads (B10): the threads of one process that acquire the same lock queue
+// inside the process in arrival order, and only the one at the front makes
+// the file claim (no second claim, no polling). An acquire on the thread that
+// already holds the lock passes straight through (nested() is true); the
+// lock is released by the outermost acquisition's release.
+//
+// Child processes (B11): a process started with child_environment() in its
+// environment (`offload-lock run` does this) that acquires the same lock
+// while its parent's acquisition is still held passes straight through
+// (inherited() is true) and never releases the parent's lock.
 class lock {
  public:
   // Takes the lock, waiting up to options.wait. Returns errc::busy (wait 0)
@@ -128,6 +151,14 @@ class lock {
   // release by token included). For a lock taken on behalf of another pid.
   error hold_for_holder();
 
+  // True for a nested acquisition on the thread that already held the lock.
+  bool nested() const noexcept;
+  // True when the lock is the parent process's, passed down (B11).
+  bool inherited() const noexcept;
+  // OFFLOAD_LOCK_PATH and OFFLOAD_LOCK_TOKEN for the environment of a child
+  // process, so that its own acquisitions of this lock pass through.
+  std::vector<std::pair<std::string, std::string>> child_environment() const;
+
   // Stops managing the lock without removing it: the directory stays, held
   // for the recorded pid until that process dies or someone releases it by
   // token. owns() is false afterwards.
@@ -140,8 +171,8 @@ class lock {
   const std::string& meta_json() const;
 
  private:
-  explicit lock(std::unique_ptr<detail::held_state> s) noexcept;
-  std::unique_ptr<detail::held_state> s_;
+  explicit lock(std::unique_ptr<detail::handle> h) noexcept;
+  std::unique_ptr<detail::handle> h_;
 };
 
 // Releasing a lock that this process does not hold as a `lock` object: by

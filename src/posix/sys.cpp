@@ -277,6 +277,19 @@ bool ofd_locked_elsewhere(int f) {
   return l.l_type != F_UNLCK;
 }
 
+result<std::pair<fd, fd>> make_pipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return sys_error(errno, "pipe", "");
+  ::fcntl(p[0], F_SETFL, O_NONBLOCK);
+  return std::make_pair(fd(p[0]), fd(p[1]));
+}
+
+void notify(int write_end) {
+  char c = 1;
+  ssize_t r = ::write(write_end, &c, 1);
+  (void)r;
+}
+
 std::int64_t now_ms() {
   struct timespec t {};
   ::clock_gettime(CLOCK_REALTIME, &t);
@@ -420,17 +433,38 @@ bool watcher::watch_dir(const std::string& path, bool contents) {
   // While a holder's meta.json is incomplete, its arrival is news too.
   if (contents) mask |= IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE;
   wd_ = ::inotify_add_watch(ino_.get(), path.c_str(), mask);
-  return wd_ >= 0;
+  std::string parent;
+  split_path(path, parent, name_);
+  parent_wd_ = ::inotify_add_watch(ino_.get(), parent.c_str(), IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR);
+  return wd_ >= 0 && parent_wd_ >= 0;
 }
 
 void watcher::unwatch_dir() {
   if (wd_ >= 0) ::inotify_rm_watch(ino_.get(), wd_);
-  wd_ = -1;
+  if (parent_wd_ >= 0) ::inotify_rm_watch(ino_.get(), parent_wd_);
+  wd_ = parent_wd_ = -1;
   if (!ino_.valid()) return;
-  // Drop events already queued for the old watch.
+  // Drop events already queued for the old watches.
   char buf[4096];
   while (::read(ino_.get(), buf, sizeof buf) > 0) {
   }
+}
+
+// Reads the queued events; true when one concerns the watched lock.
+bool watcher::relevant_events() {
+  alignas(struct inotify_event) char buf[8192];
+  bool relevant = false;
+  for (;;) {
+    ssize_t n = ::read(ino_.get(), buf, sizeof buf);
+    if (n <= 0) break;
+    for (char* p = buf; p < buf + n;) {
+      auto* ev = reinterpret_cast<struct inotify_event*>(p);
+      if (ev->wd == wd_ || (ev->mask & IN_Q_OVERFLOW)) relevant = true;
+      else if (ev->wd == parent_wd_ && ev->len > 0 && name_ == ev->name) relevant = true;
+      p += sizeof(struct inotify_event) + ev->len;
+    }
+  }
+  return relevant;
 }
 
 bool watcher::watch_pid(std::int64_t pid) {
@@ -453,12 +487,22 @@ bool watcher::watch_pid(std::int64_t pid) {
 void watcher::unwatch_pid() { pidfd_.reset(); }
 
 watcher::wake watcher::wait(std::int64_t timeout_ms, int extra_fd) {
-  struct pollfd fds[3];
-  int n = 0;
-  int ino_i = -1, pid_i = -1, extra_i = -1;
-  if (ino_.valid() && wd_ >= 0) { ino_i = n; fds[n++] = {ino_.get(), POLLIN, 0}; }
-  if (pidfd_.valid()) { pid_i = n; fds[n++] = {pidfd_.get(), POLLIN, 0}; }
-  if (extra_fd >= 0) { extra_i = n; fds[n++] = {extra_fd, POLLIN, 0}; }
+  return wait(timeout_ms, extra_fd >= 0 ? std::vector<int>{extra_fd} : std::vector<int>{});
+}
+
+watcher::wake watcher::wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds) {
+  std::vector<struct pollfd> fds;
+  int ino_i = -1, pid_i = -1;
+  if (ino_.valid() && (wd_ >= 0 || parent_wd_ >= 0)) {
+    ino_i = static_cast<int>(fds.size());
+    fds.push_back({ino_.get(), POLLIN, 0});
+  }
+  if (pidfd_.valid()) {
+    pid_i = static_cast<int>(fds.size());
+    fds.push_back({pidfd_.get(), POLLIN, 0});
+  }
+  const std::size_t extra_from = fds.size();
+  for (int f : extra_fds) fds.push_back({f, POLLIN, 0});
   std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
   for (;;) {
     int t = -1;
@@ -467,7 +511,7 @@ watcher::wake watcher::wait(std::int64_t timeout_ms, int extra_fd) {
       if (left <= 0) return wake::timeout;
       t = left > INT_MAX ? INT_MAX : static_cast<int>(left);
     }
-    int r = ::poll(fds, static_cast<nfds_t>(n), t);
+    int r = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), t);
     if (r < 0) {
       if (errno == EINTR) continue;
       return wake::timeout;
@@ -476,14 +520,10 @@ watcher::wake watcher::wait(std::int64_t timeout_ms, int extra_fd) {
       if (deadline >= 0 && monotonic_ms() >= deadline) return wake::timeout;
       continue;
     }
-    if (pid_i >= 0 && fds[pid_i].revents) return wake::pid_exit;
-    if (extra_i >= 0 && fds[extra_i].revents) return wake::extra_fd;
-    if (ino_i >= 0 && fds[ino_i].revents) {
-      char buf[4096];
-      while (::read(ino_.get(), buf, sizeof buf) > 0) {
-      }
-      return wake::dir_event;
-    }
+    if (pid_i >= 0 && fds[static_cast<std::size_t>(pid_i)].revents) return wake::pid_exit;
+    for (std::size_t i = extra_from; i < fds.size(); ++i)
+      if (fds[i].revents) return wake::extra_fd;
+    if (ino_i >= 0 && fds[static_cast<std::size_t>(ino_i)].revents && relevant_events()) return wake::dir_event;
   }
 }
 

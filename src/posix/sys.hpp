@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "offload_lock/error.hpp"
@@ -108,6 +109,10 @@ error try_flock_exclusive(int f);
 // with a write lock (F_OFD_GETLK): probes without taking anything.
 bool ofd_locked_elsewhere(int f);
 
+// A pipe (read end, write end), both close-on-exec; the read end non-blocking.
+result<std::pair<fd, fd>> make_pipe();
+void notify(int write_end);  // writes one byte, never blocks
+
 std::int64_t now_ms();  // wall clock, epoch milliseconds
 std::int64_t monotonic_ms();
 std::string random_hex(std::size_t bytes);
@@ -149,7 +154,12 @@ class watcher {
 
   bool has_inotify() const { return ino_.valid(); }
   bool has_pidfd() const { return pidfd_ok_; }
-  // Replaces the watched directory. Returns false when it cannot be watched.
+  // Replaces the watched lock directory: its removal or move, seen both on
+  // the directory itself and as its name leaving the parent (the kernel
+  // holds back IN_DELETE_SELF while any process keeps the directory open),
+  // and with `contents` every write inside it. Events for other names in
+  // the parent are read and ignored without returning. Returns false when
+  // it cannot be watched.
   bool watch_dir(const std::string& path, bool contents);
   void unwatch_dir();
   // Replaces the watched process. Returns false when pidfd is unavailable or
@@ -158,13 +168,16 @@ class watcher {
   void unwatch_pid();
   // What woke the waiter.
   enum class wake { timeout, dir_event, pid_exit, extra_fd };
-  // Waits at most timeout_ms (negative: forever). extra_fd (if >= 0) is polled
-  // for readability too.
+  // Waits at most timeout_ms (negative: forever). The extra descriptors are
+  // polled too: readable or hung up ends the wait with extra_fd.
   wake wait(std::int64_t timeout_ms, int extra_fd = -1);
+  wake wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds);
 
  private:
+  bool relevant_events();
   fd ino_;
-  int wd_ = -1;
+  int wd_ = -1, parent_wd_ = -1;
+  std::string name_;
   fd pidfd_;
   bool pidfd_ok_ = true;
 };
