@@ -53,10 +53,14 @@ const std::map<std::string, std::string>& helps() {
        "  parent). Exit 0 released or already free, 3 held by someone else. --force removes it\n"
        "  anyway and says whose it was.\n"},
       {"run",
-       "offload-lock run [--wait DUR] [--label TEXT] [--busy-exit N] -- CMD [ARG...]\n"
+       "offload-lock run [--wait DUR] [--label TEXT] [--busy-exit N] [--on-lost warn|term] -- CMD [ARG...]\n"
        "  Hold the lock while CMD runs and exit with CMD's status (128+N when killed by signal N).\n"
        "  CMD's pid is the recorded holder, so the lock stays held while CMD lives even if\n"
        "  offload-lock itself is killed. SIGINT, SIGTERM and SIGHUP sent to offload-lock go to CMD.\n"
+       "  CMD sees OFFLOAD_LOCK_PATH and OFFLOAD_LOCK_TOKEN: offload-lock commands and library calls\n"
+       "  inside it pass straight through instead of waiting on their own parent.\n"
+       "  If someone else removes or replaces the lock while CMD runs, offload-lock says so on\n"
+       "  stderr; with --on-lost term it also sends CMD SIGTERM.\n"
        "  Exit 1 (or N with --busy-exit) when still busy after --wait.\n"},
       {"hold",
        "offload-lock hold [--wait DUR] [--label TEXT]\n"
@@ -179,6 +183,11 @@ std::optional<std::string> parse(const std::vector<std::string>& argv, args& out
       if (!all_digits(v) || v.size() > 3 || std::stoi(v) > 255)
         return "invalid exit code for --busy-exit: '" + v + "' (0 to 255)";
       out.busy_exit = std::stoi(v);
+    } else if (a == "--on-lost" && allowed({"run"})) {
+      std::string v;
+      if (auto e = value(a, v)) return e;
+      if (v != "warn" && v != "term") return "invalid value for --on-lost: '" + v + "' (warn or term)";
+      out.on_lost_term = v == "term";
     } else if (!a.empty() && a[0] == '-') {
       return cmd.empty() ? "unknown option '" + a + "'"
                          : "unknown option '" + a + "' for " + cmd + " (see offload-lock " + cmd + " --help)";

@@ -39,6 +39,7 @@ struct args {
   bool force = false;                         // release
   std::string label;
   int busy_exit = exit_busy;                  // run
+  bool on_lost_term = false;                  // run --on-lost term
   std::vector<std::string> cmd;               // run
 };
 

@@ -2,6 +2,7 @@
 // wait-free over the library, with one fixed exit code per outcome
 // (cli/args.hpp).
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -121,6 +122,11 @@ int cmd_acquire(const args& a, const std::string& path) {
   if (!l) return acquire_failed(l.err(), a, path, exit_busy);
   if (a.json) std::cout << dump(to_json(ol::inspect(path, a.ttl))) << std::endl;
   else std::cout << l->token() << std::endl;
+  if (l->inherited()) {
+    // Started under this very lock (inside `offload-lock run`): nothing to keep.
+    if (!a.quiet) say("passing through: " + path + " is held by the offload-lock run this process runs under");
+    return exit_ok;
+  }
   // A detached keeper keeps the lock fresh while the holder lives and
   // releases it when the holder exits.
   auto keeper = proc::fork_detached();
@@ -137,6 +143,14 @@ int cmd_release(const args& a, const std::string& path) {
   req.token = a.token;
   req.force = a.force;
   if (a.token.empty()) req.pid = a.pid ? a.pid : ol::detail::sys::parent_pid();
+  // Inside `offload-lock run` a plain release leaves the enclosing run's lock
+  // to the run (B11): its acquire passed through, so there is nothing of ours.
+  auto inherited = ol::detail::sys::get_env("OFFLOAD_LOCK_TOKEN");
+  if (a.token.empty() && !a.pid && !a.force && inherited && !inherited->empty() &&
+      ol::inspect(path, a.ttl).token == *inherited) {
+    if (!a.quiet) say("passing through: " + path + " belongs to the offload-lock run this process runs under; left for it");
+    return exit_ok;
+  }
   auto r = ol::release_lock(path, req, a.ttl);
   if (!r) {
     say(r.err().message());
@@ -163,7 +177,17 @@ std::string basename_of(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
+// A wait abandoned by a signal ends like being killed by it.
+int cancelled_exit(const args& a, const std::string& what) {
+  int sig = proc::take_signal();
+  if (!a.quiet) say(what + (sig ? " (" + proc::signal_name(sig) + ")" : ""));
+  return sig ? 128 + sig : exit_busy;
+}
+
 int cmd_run(const args& a, const std::string& path) {
+  // Signals are caught before anything else: one that arrives while waiting
+  // abandons the wait; one that arrives once CMD runs is passed on to it.
+  const int signals = proc::catch_signals();
   std::string token = ol::new_token();
   auto child = proc::gated_child::fork_gated(a.cmd, {{"OFFLOAD_LOCK_PATH", path}, {"OFFLOAD_LOCK_TOKEN", token}});
   if (!child) {
@@ -175,13 +199,18 @@ int cmd_run(const args& a, const std::string& path) {
   o.token = token;
   if (o.label.empty()) o.label = basename_of(a.cmd[0]);
   std::string cmd_name = a.cmd[0];
-  o.on_lost = [path, cmd_name](const ol::error&) {
+  const std::int64_t cmd_pid = child->pid();
+  const bool term = a.on_lost_term;
+  o.on_lost = [path, cmd_name, cmd_pid, term](const ol::error&) {
     say("WARNING: the lock " + path + " was removed or replaced by someone else while " + cmd_name +
-        " runs; the GPU is no longer reserved for it");
+        " runs; the GPU is no longer reserved for it" + (term ? "; sending it SIGTERM" : ""));
+    if (term) proc::send_signal(cmd_pid, SIGTERM);
   };
+  o.cancel_fds = {signals};
   auto l = ol::lock::acquire(o);
   if (!l) {
     child->abandon();
+    if (l.err() == ol::errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
     return acquire_failed(l.err(), a, path, a.busy_exit);
   }
   if (auto e = child->start()) {
@@ -202,8 +231,15 @@ int cmd_hold(const args& a, const std::string& path) {
     lost = true;
     say("WARNING: the lock " + path + " was removed or replaced by someone else");
   };
+  // Signals first (see cmd_run); and a hold whose requester is gone (its
+  // stdin closed) gives up waiting instead of taking the lock for nobody.
+  const int signals = proc::catch_signals();
+  o.cancel_fds = {signals, 0};
   auto l = ol::lock::acquire(o);
-  if (!l) return acquire_failed(l.err(), a, path, exit_busy);
+  if (!l) {
+    if (l.err() == ol::errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
+    return acquire_failed(l.err(), a, path, exit_busy);
+  }
   std::cout << "acquired " << dump(to_json(ol::inspect(path, a.ttl))) << std::endl;
   proc::wait_for_eof_or_signal();
   ol::error e = l->release();

@@ -1,6 +1,7 @@
 // Child processes and signals for the offload-lock command. See process.hpp.
 #include "posix/process.hpp"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "posix/sys.hpp"
 
@@ -57,6 +59,7 @@ void install_handlers(std::initializer_list<int> sigs) {
 }
 
 bool read_sig(sig_msg& m) {
+  if (g_sig_pipe[0] < 0) return false;
   return ::read(g_sig_pipe[0], &m, sizeof m) == static_cast<ssize_t>(sizeof m);
 }
 
@@ -66,6 +69,19 @@ void close_fd(int& f) {
 }
 
 }  // namespace
+
+int catch_signals() {
+  install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
+  return g_sig_pipe[0];
+}
+
+int take_signal() {
+  sig_msg m;
+  while (read_sig(m)) {
+    if (m.signo != SIGCHLD) return m.signo;
+  }
+  return 0;
+}
 
 result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv,
                                             const std::vector<std::pair<std::string, std::string>>& env) {
@@ -200,15 +216,16 @@ int gated_child::wait_forwarding(int extra_fd, void (*on_extra)(void*), void* ct
 }
 
 int wait_for_eof_or_signal(int extra_fd, void (*on_extra)(void*), void* ctx) {
-  install_handlers({SIGINT, SIGTERM});
+  install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
   char buf[4096];
   bool eof = false;
   for (;;) {
     struct pollfd fds[3] = {{g_sig_pipe[0], POLLIN, 0}, {eof ? -1 : 0, POLLIN, 0}, {extra_fd, POLLIN, 0}};
     int n = ::poll(fds, 3, -1);
     if (n < 0) continue;
-    sig_msg m;
-    if ((fds[0].revents & POLLIN) && read_sig(m)) return m.signo;
+    if (fds[0].revents & POLLIN) {
+      if (int sig = take_signal(); sig == SIGINT || sig == SIGTERM) return sig;
+    }
     if (fds[2].revents & POLLIN) {
       if (on_extra) on_extra(ctx);
     }
@@ -233,6 +250,19 @@ result<bool> fork_detached() {
   ::setsid();
   pid_t again = ::fork();
   if (again != 0) ::_exit(0);
+  // Descriptors without close-on-exec came from whoever started us (a
+  // shell's extra pipes, say); keeping them open would keep their readers
+  // waiting for an EOF until the keeper ends.
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    std::vector<int> inherited;
+    int self = ::dirfd(d);
+    while (struct dirent* e = ::readdir(d)) {
+      int f = std::atoi(e->d_name);
+      if (f > 2 && f != self && e->d_name[0] != '.' && (::fcntl(f, F_GETFD) & FD_CLOEXEC) == 0) inherited.push_back(f);
+    }
+    ::closedir(d);
+    for (int f : inherited) ::close(f);
+  }
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null >= 0) {
     ::dup2(null, 0);
@@ -243,6 +273,10 @@ result<bool> fork_detached() {
   if (::chdir("/") != 0) {
   }
   return true;
+}
+
+void send_signal(std::int64_t pid, int sig) {
+  if (pid > 0) ::kill(static_cast<pid_t>(pid), sig);
 }
 
 std::string signal_name(int sig) {

@@ -48,15 +48,27 @@ class gated_child {
   bool reaped_ = false;
 };
 
+// From now on SIGINT, SIGTERM, SIGHUP and SIGCHLD are caught (and unblocked)
+// and queued in a self-pipe; returns its read end, readable while a signal
+// waits there. Call before anything a signal must not interrupt.
+int catch_signals();
+// The next queued signal number, 0 when none.
+int take_signal();
+
 // Blocks until standard input reaches EOF or SIGTERM/SIGINT arrives, calling
 // on_extra whenever extra_fd becomes readable. Returns the signal number, or
 // 0 for EOF.
 int wait_for_eof_or_signal(int extra_fd = -1, void (*on_extra)(void*) = nullptr, void* ctx = nullptr);
 
 // Forks a detached background process (new session, standard streams on
-// /dev/null, working directory /). Returns true in the background process,
-// false in the caller.
+// /dev/null, working directory /, and every other descriptor it inherited
+// from the caller's own parent closed: only close-on-exec ones, which are
+// this program's, stay). Returns true in the background process, false in
+// the caller.
 result<bool> fork_detached();
+
+// kill(pid, sig); safe from any thread.
+void send_signal(std::int64_t pid, int sig);
 
 // Names of signals for messages ("SIGTERM").
 std::string signal_name(int sig);
