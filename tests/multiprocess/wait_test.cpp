@@ -1,0 +1,222 @@
+// Waiting without polling and the cases around it: threads of one process
+// (B10), child processes started under the lock (B11), the fallback where
+// inotify and pidfd are unavailable (B9), and holders learning of a loss.
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/process.hpp>
+#include <catch2/catch.hpp>
+#include <mutex>
+#include <thread>
+
+#include "offload_lock/lock.hpp"
+#include "support.hpp"
+
+namespace ol = offload_lock;
+using namespace olt;
+
+namespace {
+
+// A thread of this process is asleep in the kernel (a futex: a condition variable wait).
+bool thread_sleeping_on_futex(long tid) {
+  std::string base = "/proc/self/task/" + std::to_string(tid);
+  std::string stat = read_file(base + "/stat");
+  auto close = stat.rfind(')');
+  return close != std::string::npos && stat.compare(close + 2, 1, "S") == 0 &&
+         read_file(base + "/wchan").find("futex") != std::string::npos;
+}
+
+long voluntary_switches(long tid) {
+  std::string s = read_file("/proc/self/task/" + std::to_string(tid) + "/status");
+  auto p = s.find("voluntary_ctxt_switches:");
+  return std::stol(s.substr(p + 24));
+}
+
+int entries_in(const fs::path& dir) {
+  int n = 0;
+  for (fs::directory_iterator it(dir), end; it != end; ++it) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("threads of one process queue in arrival order, without file claims or polling (B10)", "[multiprocess][threads]") {
+  temp_dir d;
+  auto holder = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(holder);
+  constexpr int kThreads = 4;
+  std::mutex order_mu;
+  std::vector<int> order;
+  std::atomic<int> inside{0}, max_inside{0};
+  std::vector<std::atomic<long>> tids(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      tids[i] = ::syscall(SYS_gettid);
+      auto l = ol::lock::acquire(d.lock(), 60s);
+      if (!l) return;
+      int now = ++inside;
+      max_inside = std::max(max_inside.load(), now);
+      {
+        std::lock_guard<std::mutex> g(order_mu);
+        order.push_back(i);
+      }
+      --inside;
+    });
+    // The next thread starts only once this one is asleep in the queue.
+    REQUIRE(eventually([&] { return tids[i] != 0 && thread_sleeping_on_futex(tids[i]); }));
+  }
+  // While they wait: one lock directory in the parent and nothing else (no
+  // staging directories from second claims), and no wakeups.
+  long before = voluntary_switches(tids[0]);
+  std::this_thread::sleep_for(500ms);  // an interval to count wakeups over, not a synchronisation
+  CHECK(voluntary_switches(tids[0]) - before <= 1);
+  CHECK(entries_in(d.path) == 1);
+  REQUIRE(!holder->release());
+  for (auto& t : threads) t.join();
+  CHECK(order == std::vector<int>{0, 1, 2, 3});
+  CHECK(max_inside == 1);
+  CHECK_FALSE(fs::exists(d.lock()));
+}
+
+TEST_CASE("a thread times out in the in-process queue like anywhere else", "[multiprocess][threads]") {
+  temp_dir d;
+  auto holder = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(holder);
+  std::thread t([&] {
+    auto busy = ol::lock::acquire(d.lock(), 0ms);
+    CHECK(!busy);
+    if (!busy) CHECK(busy.err() == ol::errc::busy);
+    auto late = ol::lock::acquire(d.lock(), 200ms);
+    CHECK(!late);
+    if (!late) CHECK(late.err() == ol::errc::timed_out);
+  });
+  t.join();
+  REQUIRE(!holder->release());
+  // The queue is empty again: the next acquisition is immediate.
+  CHECK(ol::lock::acquire(d.lock(), 0ms));
+}
+
+TEST_CASE("a nested acquisition on the holding thread passes through; the outermost releases", "[multiprocess][threads]") {
+  temp_dir d;
+  auto outer = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(outer);
+  CHECK_FALSE(outer->nested());
+  {
+    auto inner = ol::lock::acquire(d.lock(), 0ms);
+    REQUIRE(inner);
+    CHECK(inner->nested());
+    auto innermost = ol::lock::acquire(d.lock(), 0ms);
+    REQUIRE(innermost);
+    CHECK(!innermost->release());
+  }  // inner's destructor
+  CHECK(outer->still_held());
+  CHECK(fs::exists(fs::path(d.lock()) / "meta.json"));
+  CHECK(!outer->release());
+  CHECK_FALSE(fs::exists(d.lock()));
+}
+
+TEST_CASE("a child process started under the lock passes straight through (B11)", "[multiprocess][children]") {
+  temp_dir d;
+  auto parent = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(parent);
+  env_changes env;
+  for (const auto& [k, v] : parent->child_environment()) env[k] = v;
+  SECTION("with the parent's token: through at once, and its release leaves the parent's lock") {
+    child c(self_exe(), {"--child", "hold", d.lock(), "0"}, env);
+    auto line = c.read_line();
+    REQUIRE(line);
+    CHECK(*line == "acquired 0 " + parent->token());
+    c.write_line("release");
+    CHECK(c.read_line() == std::string("released"));
+    c.close_stdin();
+    CHECK(c.wait() == 0);
+    CHECK(parent->still_held());
+  }
+  SECTION("without it: a child waits like anyone else") {
+    child c(self_exe(), {"--child", "hold", d.lock(), "0"},
+            {{"OFFLOAD_LOCK_TOKEN", std::nullopt}, {"OFFLOAD_LOCK_PATH", std::nullopt}});
+    CHECK(c.read_line() == std::string("busy"));
+  }
+  SECTION("a token that does not match the current holder does not pass") {
+    env["OFFLOAD_LOCK_TOKEN"] = "0123456789abcdef";
+    child c(self_exe(), {"--child", "hold", d.lock(), "0"}, env);
+    CHECK(c.read_line() == std::string("busy"));
+  }
+  SECTION("another lock's path does not pass") {
+    temp_dir other;
+    child c(self_exe(), {"--child", "hold", other.lock(), "0"}, env);
+    auto line = c.read_line();
+    REQUIRE(line);
+    CHECK(line->rfind("acquired " + std::to_string(c.pid()), 0) == 0);
+  }
+}
+
+TEST_CASE("cli: commands inside offload-lock run pass through and leave the run's lock", "[cli][children]") {
+  temp_dir d;
+  const std::string cli = cli_exe() + " --lock " + d.lock();
+  const std::string script =
+      "set -e; tok=$(" + cli + " acquire --wait 0); test \"$tok\" = \"$OFFLOAD_LOCK_TOKEN\"; " + cli +
+      " release; " + cli + " run --wait 0 -- true; echo hold | " + cli + " hold --wait 0 >/dev/null; " + cli +
+      " --json status";
+  auto r = run_cli({"--lock", d.lock(), "--quiet", "run", "--", "sh", "-c", script});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  // After all of that, the outer run still held the lock, recorded as CMD's pid.
+  CHECK_THAT(r.out, Catch::Contains("\"held\":true"));
+  CHECK_THAT(r.err, Catch::Contains("passing through"));
+  CHECK_FALSE(fs::exists(d.lock()));
+}
+
+TEST_CASE("without inotify and pidfd, waiting falls back to a slow re-check and still works", "[multiprocess][fallback]") {
+  temp_dir d;
+  env_changes no_events = {{"OFFLOAD_LOCK_NO_INOTIFY", std::string("1")}, {"OFFLOAD_LOCK_NO_PIDFD", std::string("1")}};
+  for (bool crash : {false, true}) {
+    auto first = std::make_unique<child>(self_exe(), std::vector<std::string>{"--child", "hold", d.lock(), "-1"});
+    REQUIRE(first->read_line());
+    child second(self_exe(), {"--child", "hold", d.lock(), "-1"}, no_events);
+    CHECK_FALSE(second.read_line(300ms));
+    if (crash) first->kill(SIGKILL);
+    else first->write_line("release");
+    auto got = second.read_line();
+    REQUIRE(got);
+    CHECK(got->rfind("acquired " + std::to_string(second.pid()), 0) == 0);
+    second.write_line("release");
+    CHECK(second.read_line() == std::string("released"));
+  }
+}
+
+TEST_CASE("a waiter wakes on a release at once, not at a poll", "[multiprocess]") {
+  temp_dir d;
+  auto holder = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(holder);
+  child waiter(cli_exe(), {"--lock", d.lock(), "--quiet", "run", "--", "echo", "mine"});
+  CHECK_FALSE(waiter.read_line(300ms));
+  auto released = std::chrono::steady_clock::now();
+  REQUIRE(!holder->release());
+  CHECK(waiter.read_line() == std::string("mine"));
+  CHECK(std::chrono::steady_clock::now() - released < 900ms);
+}
+
+TEST_CASE("cli: run --on-lost term stops CMD when its lock is taken away; warn only says so", "[cli]") {
+  temp_dir d;
+  const std::string loop = "trap 'exit 9' TERM; echo ready; while :; do sleep 0.05; done";
+  SECTION("term") {
+    child c(cli_exe(), {"--lock", d.lock(), "run", "--on-lost", "term", "--", "sh", "-c", loop});
+    REQUIRE(c.read_line() == std::string("ready"));
+    fs::remove_all(d.lock());  // what a v1 runner's rm -rf does
+    CHECK(c.wait() == 9);
+    CHECK_THAT(c.err_text(), Catch::Contains("WARNING") && Catch::Contains("SIGTERM"));
+  }
+  SECTION("warn") {
+    child c(cli_exe(), {"--lock", d.lock(), "run", "--on-lost", "warn", "--", "sh", "-c", loop});
+    REQUIRE(c.read_line() == std::string("ready"));
+    fs::remove_all(d.lock());
+    REQUIRE(eventually([&] { return c.err_text().find("WARNING") != std::string::npos; }));
+    CHECK_FALSE(c.wait(200ms));  // CMD goes on
+    c.kill(SIGTERM);
+    CHECK(c.wait() == 9);
+  }
+}
