@@ -47,8 +47,8 @@ export async function waitFor(cond, { timeoutMs = 10000, intervalMs = 10, what =
 }
 
 // Spawn a process and collect its output; offers line and exit waiting.
-export function spawnTracked(cmd, args, { env, t, stdin = 'pipe' } = {}) {
-  const child = spawn(cmd, args, { env: env || process.env, stdio: [stdin, 'pipe', 'pipe'] });
+export function spawnTracked(cmd, args, { env, t, stdin = 'pipe', detached = false } = {}) {
+  const child = spawn(cmd, args, { env: env || process.env, stdio: [stdin, 'pipe', 'pipe'], detached });
   const tracked = { child, stdout: '', stderr: '', lines: [], exit: null };
   const waiters = new Set();
   const notify = () => { for (const w of waiters) w(); };

@@ -1,0 +1,275 @@
+// offload-lock for Node: the GPU lock of the render runners, driven through
+// the `offload-lock` command-line tool.
+//
+// acquireGpuLock() has the call shape and results of the old gpu-lock.mjs, so
+// a runner switches by changing its import line. The lock is held by an
+// `offload-lock hold` child process; when this Node process ends, however it
+// ends, that child sees EOF on its stdin and releases the lock.
+//
+// Built-in modules only.
+
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const DEFAULT_WAIT_MS = 30 * 60 * 1000;
+export const DEFAULT_TTL_MS = 60 * 60 * 1000;
+
+const BIN_NAME = 'offload-lock';
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const REPO_BINARY = path.resolve(HERE, '..', '..', 'build', BIN_NAME);
+const RELEASE_TIMEOUT_MS = 60 * 1000;
+
+// ---------------------------------------------------------------------------
+// small helpers
+
+function isExecutableFile(p) {
+  try {
+    if (!fs.statSync(p).isFile()) return false;
+    fs.accessSync(p, fs.constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function envWaitMs() {
+  const raw = process.env.GPU_LOCK_WAIT_MS;
+  if (raw === undefined || raw.trim() === '') return DEFAULT_WAIT_MS;
+  const n = Number(raw);
+  return Number.isFinite(n) && n >= 0 ? n : DEFAULT_WAIT_MS;
+}
+
+function defaultLabel() {
+  return process.argv[1] ? path.basename(process.argv[1]) : 'node';
+}
+
+// Milliseconds -> a DUR argument of the CLI.
+function durArg(ms, name) {
+  if (ms === Infinity) return 'forever';
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
+    throw new TypeError(`${name} must be a non-negative number of milliseconds or Infinity, got ${String(ms)}`);
+  }
+  return `${Math.ceil(ms)}ms`;
+}
+
+function lastLine(text) {
+  const lines = String(text || '').split('\n').map((l) => l.trim()).filter(Boolean);
+  return lines.length ? lines[lines.length - 1] : '';
+}
+
+function cliError(what, { status, signal, stderr, error }) {
+  let reason;
+  if (error) reason = error.message;
+  else reason = lastLine(stderr) || (signal ? `killed by ${signal}` : `exit code ${status}`);
+  const err = new Error(`offload-lock ${what} failed: ${reason}`);
+  err.exitCode = status ?? null;
+  err.signal = signal ?? null;
+  err.stderr = stderr || '';
+  if (error) err.cause = error;
+  return err;
+}
+
+function lockArgs(lockPath) {
+  return lockPath ? ['--lock', lockPath] : [];
+}
+
+// ---------------------------------------------------------------------------
+// public API
+
+// Where the lock lives, by the rule of the Node runners:
+// env GPU_LOCK if non-empty, else <os.tmpdir()>/local-offload-gpu.lock.
+export function defaultLockPath() {
+  const fromEnv = process.env.GPU_LOCK;
+  if (fromEnv) return fromEnv;
+  return path.join(os.tmpdir(), 'local-offload-gpu.lock');
+}
+
+// The offload-lock binary: $OFFLOAD_LOCK_BIN (must exist), else offload-lock
+// on PATH, else <repo>/build/offload-lock.
+export function findBinary() {
+  const places = `$OFFLOAD_LOCK_BIN, ${BIN_NAME} on PATH, ${REPO_BINARY}`;
+  const fromEnv = process.env.OFFLOAD_LOCK_BIN;
+  if (fromEnv) {
+    if (isExecutableFile(fromEnv)) return fromEnv;
+    throw new Error(`offload-lock binary not found: OFFLOAD_LOCK_BIN=${fromEnv} is not an executable file (looked in ${places})`);
+  }
+  for (const dir of (process.env.PATH || '').split(path.delimiter)) {
+    if (!dir) continue;
+    const candidate = path.join(dir, BIN_NAME);
+    if (isExecutableFile(candidate)) return candidate;
+  }
+  if (isExecutableFile(REPO_BINARY)) return REPO_BINARY;
+  throw new Error(`offload-lock binary not found: looked in ${places}; set OFFLOAD_LOCK_BIN or build the repository`);
+}
+
+// Take the GPU lock. Resolves with { release(), token, path, pid } once held
+// (pid is the `offload-lock hold` child that holds it), or null when the lock
+// is still busy after waitMs. Rejects on any other failure.
+export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label } = {}) {
+  const bin = findBinary();
+  const wait = durArg(waitMs ?? envWaitMs(), 'waitMs');
+  const ttl = durArg(ttlMs ?? DEFAULT_TTL_MS, 'ttlMs');
+  const args = [...lockArgs(lockPath), '--ttl', ttl, '--quiet', 'hold', '--wait', wait, '--label', String(label ?? defaultLabel())];
+
+  return new Promise((resolve, reject) => {
+    // detached: the child gets its own session, so a Ctrl-C or a signal to
+    // the runner's process group does not release the lock behind the back
+    // of a runner that handles the signal and is still using the GPU. The
+    // lock's lifetime is tied to this process through the stdin pipe alone.
+    const child = spawn(bin, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+    let settled = false;
+    let stdoutBuf = '';
+    let stderrBuf = '';
+
+    // Writing to or ending the stdin of a child that already exited must
+    // never crash this process.
+    child.stdin.on('error', () => {});
+    child.stdout.setEncoding('utf8');
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk) => {
+      if (stderrBuf.length < 65536) stderrBuf += chunk;
+    });
+
+    const fail = (err) => {
+      if (settled) return;
+      settled = true;
+      try { child.stdin.end(); } catch { /* ignore */ }
+      reject(err);
+    };
+
+    child.stdout.on('data', (chunk) => {
+      if (settled) return;
+      stdoutBuf += chunk;
+      let nl;
+      while (!settled && (nl = stdoutBuf.indexOf('\n')) >= 0) {
+        const line = stdoutBuf.slice(0, nl);
+        stdoutBuf = stdoutBuf.slice(nl + 1);
+        if (!line.startsWith('acquired ')) continue;
+        let info;
+        try {
+          info = JSON.parse(line.slice('acquired '.length));
+        } catch (e) {
+          fail(cliError('hold', { error: new Error(`unreadable acquired line: ${line}`, { cause: e }) }));
+          return;
+        }
+        settled = true;
+        resolve(makeHandle(bin, child, info, lockPath));
+      }
+    });
+
+    child.on('error', (error) => fail(cliError('hold', { error })));
+    child.on('close', (status, signal) => {
+      if (settled) return;
+      settled = true;
+      if (status === 1) resolve(null);
+      else reject(cliError('hold', { status, signal, stderr: stderrBuf }));
+    });
+  });
+}
+
+function makeHandle(bin, child, info, lockPath) {
+  // From now on the child must not keep this process alive: a runner may
+  // exit while holding, and the child then releases on stdin EOF.
+  child.unref();
+  child.stdin.unref();
+  child.stdout.unref();
+  child.stderr.unref();
+  child.stdout.resume(); // never let an unread pipe block the child
+
+  const lockDir = info.path || lockPath || defaultLockPath();
+  let released = false;
+  return {
+    token: info.token,
+    path: lockDir,
+    pid: info.pid,
+    info,
+    release() {
+      if (released) return;
+      released = true;
+      try {
+        // Synchronous, so the lock is gone when release() returns. Errors are
+        // ignored as in gpu-lock.mjs; the token makes sure only our own lock
+        // is removed.
+        execFileSync(bin, ['--lock', lockDir, 'release', '--token', String(info.token)], {
+          stdio: ['ignore', 'ignore', 'ignore'],
+          timeout: RELEASE_TIMEOUT_MS,
+        });
+      } catch {
+        /* ignored */
+      }
+      try { child.stdin.end(); } catch { /* ignore */ }
+    },
+  };
+}
+
+// acquire, run `await fn(handle)`, release in finally. Throws an Error with
+// code 'EBUSY' when the lock is still busy after the wait.
+export async function withGpuLock(opts, fn) {
+  if (typeof opts === 'function') {
+    fn = opts;
+    opts = {};
+  }
+  const handle = await acquireGpuLock(opts || {});
+  if (!handle) {
+    const where = (opts && opts.lockPath) || defaultLockPath();
+    const err = new Error(`GPU lock busy: ${where}`);
+    err.code = 'EBUSY';
+    throw err;
+  }
+  try {
+    return await fn(handle);
+  } finally {
+    handle.release();
+  }
+}
+
+// `offload-lock --json status` as an object: path, held, pid, startedAt,
+// heldForMs, label, host, token, stale.
+export function inspect(lockPath) {
+  const bin = findBinary();
+  const r = spawnSync(bin, [...lockArgs(lockPath), '--json', 'status'], { encoding: 'utf8' });
+  if (r.error || (r.status !== 0 && r.status !== 1)) throw cliError('status', r);
+  try {
+    return JSON.parse(r.stdout);
+  } catch (e) {
+    throw cliError('status', { error: new Error(`unreadable output: ${r.stdout.trim()}`, { cause: e }) });
+  }
+}
+
+// For scripts: take the lock on behalf of this Node process (it is recorded
+// as the holder; nothing releases it automatically when this process ends,
+// but a dead holder makes the lock stale). Returns the token, or null when
+// still busy after waitMs.
+export function acquireSync({ lockPath, waitMs, ttlMs, label } = {}) {
+  const bin = findBinary();
+  const args = [...lockArgs(lockPath)];
+  if (ttlMs !== undefined) args.push('--ttl', durArg(ttlMs, 'ttlMs'));
+  args.push('acquire', '--wait', durArg(waitMs ?? envWaitMs(), 'waitMs'),
+    '--pid', String(process.pid), '--label', String(label ?? defaultLabel()));
+  const r = spawnSync(bin, args, { encoding: 'utf8' });
+  if (r.status === 1 && !r.error) return null;
+  if (r.error || r.status !== 0) throw cliError('acquire', r);
+  const token = lastLine(r.stdout);
+  if (!token) throw cliError('acquire', { error: new Error('no token printed') });
+  return token;
+}
+
+// Release a lock taken with acquireSync. Returns 'released', 'free' (nothing
+// to release) or 'not-owner' (held by someone else; left in place).
+// Without a token, releases the lock if this process is its recorded holder.
+export function releaseSync({ lockPath, token } = {}) {
+  const bin = findBinary();
+  const before = inspect(lockPath);
+  if (!before.held) return 'free';
+  const who = token ? ['--token', String(token)] : ['--pid', String(process.pid)];
+  const r = spawnSync(bin, [...lockArgs(lockPath), 'release', ...who], { encoding: 'utf8' });
+  if (r.error) throw cliError('release', r);
+  if (r.status === 3) return 'not-owner';
+  if (r.status !== 0) throw cliError('release', r);
+  // Exit 0 also means "already free": tell the two apart by who held it.
+  const ours = token ? before.token === String(token) : before.pid === process.pid;
+  return ours ? 'released' : 'free';
+}
