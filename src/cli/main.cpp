@@ -242,12 +242,13 @@ int cmd_hold(const args& a, const std::string& path) {
   }
   std::cout << "acquired " << dump(to_json(ol::inspect(path, a.ttl))) << std::endl;
   proc::wait_for_eof_or_signal();
+  const std::string token = l->token();  // release() empties the handle
   ol::error e = l->release();
   if (e == ol::errc::lost) {
     // Released by its token from elsewhere (compat/node does this) leaves
     // the path free: that is an ordinary end. Someone else's lock is not.
     ol::info now = ol::inspect(path, a.ttl);
-    if (now.held && now.token != l->token()) {
+    if (now.held && now.token != token) {
       if (!a.quiet) say("the lock had been taken over by " + who(now));
       return exit_lost;
     }

@@ -280,6 +280,43 @@ TEST_CASE("cli: hold exits 5 when its lock was taken over", "[cli]") {
   CHECK(l->still_held());
 }
 
+TEST_CASE("cli: hold exits 5 when a v1 runner replaced its lock", "[cli]") {
+  temp_dir d;
+  child c(cli_exe(), with_lock(d, {"--quiet", "hold"}));
+  REQUIRE(c.read_line());
+  // A v1 runner's double reclaim: rm -rf, then its own mkdir and meta.json.
+  fs::remove_all(d.lock());
+  make_lock(d.lock(), "{\"pid\":" + std::to_string(::getpid()) + ",\"startedAt\":" + std::to_string(now_ms()) + "}");
+  c.close_stdin();
+  CHECK(c.wait() == 5);
+  CHECK(ol::inspect(d.lock()).pid == ::getpid());
+}
+
+TEST_CASE("cli: a waiting hold whose stdin closes gives up instead of taking the lock later", "[cli]") {
+  temp_dir d;
+  auto l = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(l);
+  child c(cli_exe(), with_lock(d, {"hold"}));
+  CHECK_FALSE(c.read_line(300ms));
+  c.close_stdin();  // the Node runner that asked for it died
+  CHECK(c.wait() == 1);
+  CHECK(c.read_line(0ms) == std::nullopt);
+  REQUIRE(!l->release());
+  CHECK_FALSE(fs::exists(d.lock()));
+}
+
+TEST_CASE("cli: a signal while waiting abandons the wait and does not run CMD", "[cli]") {
+  temp_dir d;
+  auto l = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(l);
+  child c(cli_exe(), with_lock(d, {"run", "--", "echo", "ran"}));
+  REQUIRE(eventually([&] { return c.err_text().find("waiting for") != std::string::npos; }));
+  c.kill(SIGTERM);
+  CHECK(c.wait() == 128 + SIGTERM);
+  CHECK(c.read_line(0ms) == std::nullopt);
+  CHECK(l->still_held());
+}
+
 TEST_CASE("cli: wait-free", "[cli]") {
   temp_dir d;
   CHECK(run_cli(with_lock(d, {"wait-free", "--wait", "0"})).code == 0);
