@@ -215,6 +215,7 @@ int cmd_run(const args& a, const std::string& path) {
   }
   if (auto e = child->start()) {
     (void)l->release();
+    if (child->ended_before_start() >= 0) return child->ended_before_start();
     say("cannot run " + a.cmd[0] + ": " + e.code().message());
     return e.code() == std::errc::no_such_file_or_directory ? 127 : 126;
   }

@@ -141,7 +141,7 @@ result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv
 }
 
 gated_child::gated_child(gated_child&& o) noexcept
-    : pid_(o.pid_), gate_(o.gate_), report_(o.report_), reaped_(o.reaped_) {
+    : pid_(o.pid_), gate_(o.gate_), report_(o.report_), reaped_(o.reaped_), ended_before_start_(o.ended_before_start_) {
   o.pid_ = -1;
   o.gate_ = o.report_ = -1;
 }
@@ -156,11 +156,28 @@ error gated_child::start() {
   // Handlers first: a signal that arrives as soon as CMD runs waits in the
   // self-pipe and is passed on by wait_forwarding().
   install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
+  // The child may have been killed while it waited at the gate: then the
+  // write fails with EPIPE, which must not kill this process with SIGPIPE.
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, &old);
   char go = 1;
   ssize_t w;
   do w = ::write(gate_, &go, 1);
   while (w < 0 && errno == EINTR);
+  int write_errno = w < 0 ? errno : 0;
+  ::sigaction(SIGPIPE, &old, nullptr);
   close_fd(gate_);
+  if (write_errno) {
+    close_fd(report_);
+    int st = 0;
+    while (::waitpid(static_cast<pid_t>(pid_), &st, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+    ended_before_start_ = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    return sys::sys_error(write_errno, "start", "command (it ended before it could start)");
+  }
   int e = 0;
   ssize_t n;
   do n = ::read(report_, &e, sizeof e);

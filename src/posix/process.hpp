@@ -30,6 +30,9 @@ class gated_child {
   // it could not, after reaping it.
   error start();
   void abandon();
+  // When start() failed because the child had already ended (killed while
+  // it waited at the gate): its status, 128+N for signal N. -1 otherwise.
+  int ended_before_start() const { return ended_before_start_; }
 
   // Waits for the child to end, passing on SIGINT, SIGTERM and SIGHUP that
   // were sent to this process (signals a terminal sends to the whole process
@@ -46,6 +49,7 @@ class gated_child {
   int gate_ = -1;    // write end: one byte lets the child exec
   int report_ = -1;  // read end: the child's exec errno, EOF when exec succeeded
   bool reaped_ = false;
+  int ended_before_start_ = -1;
 };
 
 // From now on SIGINT, SIGTERM, SIGHUP and SIGCHLD are caught (and unblocked)
