@@ -1,0 +1,1203 @@
+// offload-lock-bench: measures, in one run and side by side, the costs and
+// latencies of the offload-lock library and command against the v1 Node
+// protocol (tests/interop/reference/gpu-lock-v1.mjs) and flock.
+//
+//   offload-lock-bench [--quick] [--json FILE] [--dir DIR] [--keep] [--only 1,3,...]
+//
+// Sections (each on fresh lock paths under one temporary directory):
+//   1 uncontended acquire+release per operation
+//   2 whole process: offload-lock run -- true vs flock(1) FILE true
+//   3 handoff latency: holder releases -> waiter (another process) holds
+//   4 crash takeover: holder SIGKILLed -> waiter holds
+//   5 idle cost of a waiter while nobody releases
+//   6 throughput and fairness of N contending processes
+// It prints tables, the targets held / not held, and writes JSON.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <deque>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "offload_lock/lock.hpp"
+#include "util.hpp"
+
+namespace ol = offload_lock;
+using json = nlohmann::ordered_json;
+
+namespace bench {
+int run_child(int argc, char** argv);
+}
+
+namespace {
+
+using namespace bench;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- configuration ----
+
+struct config {
+  bool quick = false;
+  bool keep = false;
+  std::string json_path;
+  std::string base_dir;  // parent of the temporary directory
+  std::set<int> only;
+  std::string self, cli, node, flock_bin, stamp, helper, true_bin;
+};
+
+// How much of everything: the full run, and --quick (CI smoke run, < ~60 s).
+struct sizes {
+  int batches;                     // section 1 batches per mechanism
+  int lib_ops, flock_ops, mkdir_ops, node_ops;  // operations per batch
+  int whole_runs, whole_node_runs; // section 2 runs per command
+  int ho_lib, ho_flock, ho_cli, ho_v1, ho_spawn, ho_long;  // section 3 rounds
+  int crash_lib, crash_v1;         // section 4 rounds
+  int idle_s;                      // section 5 window
+  int tp_ms;                       // section 6 window per configuration
+};
+constexpr sizes kFull{9, 1000, 20000, 5000, 1000, 100, 40, 400, 400, 150, 30, 100, 60, 200, 20, 10, 5000};
+constexpr sizes kQuick{5, 200, 5000, 1000, 200, 20, 6, 60, 60, 20, 4, 20, 10, 30, 3, 2, 1000};
+
+// Delay between "the waiter is waiting" and the release, drawn uniformly so
+// the release falls at a random phase of a polling waiter's cycle.
+constexpr int kDelayLoMs = 5, kDelayHiMs = 25;
+constexpr int kV1DelayLoMs = 5, kV1DelayHiMs = 1005;
+// Section 3 diagnostic: longer holds.
+constexpr int kLongLoMs = 200, kLongHiMs = 300;
+// Section 5 diagnostic: unrelated files created and deleted per second in the
+// lock's parent directory.
+constexpr int kChurnPerS = 10;
+
+// ---- output ----
+
+struct table {
+  std::vector<std::string> head;
+  std::vector<std::vector<std::string>> rows;
+  std::string render() const {
+    std::vector<std::size_t> w(head.size(), 0);
+    auto width = [](const std::string& s) {
+      std::size_t n = 0;
+      for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // UTF-8 code points
+      return n;
+    };
+    for (std::size_t i = 0; i < head.size(); ++i) w[i] = width(head[i]);
+    for (const auto& r : rows)
+      for (std::size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], width(r[i]));
+    std::string out;
+    auto line = [&](const std::vector<std::string>& r) {
+      std::string l = "  ";
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        std::string c = i < r.size() ? r[i] : "";
+        std::string pad(w[i] - width(c), ' ');
+        l += i == 0 ? c + pad : pad + c;
+        if (i + 1 < w.size()) l += "  ";
+      }
+      while (!l.empty() && l.back() == ' ') l.pop_back();
+      out += l + "\n";
+    };
+    line(head);
+    std::size_t total = 2;
+    for (auto x : w) total += x + 2;
+    out += "  " + std::string(total - 4, '-') + "\n";
+    for (const auto& r : rows) line(r);
+    return out;
+  }
+};
+
+std::string ratio(double a, double b) {
+  if (std::isnan(a) || std::isnan(b) || b <= 0) return "n/a";
+  char buf[32];
+  double r = a / b;
+  std::snprintf(buf, sizeof buf, r >= 100 ? "%.0f×" : "%.3g×", r);
+  return buf;
+}
+
+json num(double v) { return std::isnan(v) ? json() : json(v); }
+double round3(double v) { return std::round(v * 1000) / 1000; }
+
+std::string now_iso() {
+  std::time_t t = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%S%z", std::localtime(&t));
+  return b;
+}
+
+// ---- the benchmark ----
+
+struct handoff_stats {
+  std::string name;
+  std::vector<double> ms;
+  std::vector<double> release_ms;  // how long the holder's release step itself took
+  int discarded = 0;  // rounds where the waiter was not waiting before the release
+  int clock_bad = 0;  // stamps outside the window they must lie in
+  std::string error;
+  summary s() const { return summarize(ms); }
+  summary rel() const { return summarize(release_ms); }
+};
+
+struct idle_stats {
+  std::string name;
+  bool ok = false;
+  std::string error;
+  pid_t pid = 0;
+  sched_counters before, after;
+  double window_s = 0;
+  bool acquired_after = false;  // the waiter did take the lock once it was released
+};
+
+class benchmark {
+ public:
+  benchmark(config c) : cfg_(std::move(c)), n_(cfg_.quick ? kQuick : kFull), rng_(20240601) {}
+
+  int run();
+
+ private:
+  bool want(int section) const { return cfg_.only.empty() || cfg_.only.count(section); }
+  std::string fresh(const std::string& name) {
+    std::string d = tmp_ + "/" + name;
+    if (::mkdir(d.c_str(), 0777) != 0 && errno != EEXIST)
+      throw failure("mkdir " + d + ": " + std::strerror(errno));
+    return d;
+  }
+  void print(const std::string& s) {
+    std::cout << s << std::flush;
+    report_ += s;
+  }
+  bool have_node() const { return !cfg_.node.empty(); }
+  bool have_flock1() const { return !cfg_.flock_bin.empty(); }
+  int delay_ms(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi - 1)(rng_); }
+
+  void uncontended();
+  void whole_process();
+  void handoff();
+  void crash();
+  void idle();
+  void throughput();
+  void targets();
+
+  handoff_stats rounds(const std::string& name, int n, int lo, int hi, const std::function<void()>& hold,
+                       const std::function<std::int64_t()>& start_waiter, const std::function<void()>& release,
+                       const std::function<std::int64_t()>& collect, const std::function<void()>& after,
+                       bool stamp_checked);
+  json handoff_json(const handoff_stats& h);
+
+  config cfg_;
+  sizes n_;
+  std::mt19937 rng_;
+  std::string tmp_;
+  std::string report_;
+  json out_;
+  // Values the targets and ratios are judged on.
+  double lib_us_ = kNaN, v1_cycle_us_ = kNaN;
+  std::optional<handoff_stats> ho_lib_, ho_cli_, crash_lib_;
+  std::optional<idle_stats> idle_lib_, idle_cli_;
+};
+
+// ---- section 1 ----
+
+template <class F>
+std::vector<double> batches_us(int batches, int ops, F&& op) {
+  for (int i = 0; i < std::max(10, ops / 4); ++i) op();  // warm-up, not reported
+  std::vector<double> us;
+  for (int b = 0; b < batches; ++b) {
+    std::int64_t t0 = mono_ns();
+    for (int i = 0; i < ops; ++i) op();
+    us.push_back(double(mono_ns() - t0) / ops / 1000.0);
+  }
+  return us;
+}
+
+void benchmark::uncontended() {
+  print("\n1. Uncontended acquire+release, one process (µs per acquire+release; median of " +
+        std::to_string(n_.batches) + " batches)\n");
+  struct row {
+    std::string name, what;
+    int ops = 0;
+    std::vector<double> us;
+    std::string error;
+  };
+  std::vector<row> rows;
+
+  auto lib_row = [&](const std::string& name, bool heartbeat, const std::string& what) {
+    row r{name, what, n_.lib_ops, {}, {}};
+    try {
+      ol::lock_options o;
+      o.path = fresh(heartbeat ? "u-lib" : "u-lib-nohb") + "/gpu.lock";
+      o.wait = std::chrono::milliseconds(0);
+      o.heartbeat = heartbeat;
+      r.us = batches_us(n_.batches, n_.lib_ops, [&] {
+        auto l = ol::lock::acquire(o);
+        if (!l) throw failure("acquire: " + l.err().message());
+        if (auto e = l->release()) throw failure("release: " + e.message());
+      });
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    rows.push_back(r);
+  };
+  lib_row("library lock::acquire + release", true,
+          "offload_lock::lock::acquire({path, wait 0}) then release(), default options (heartbeat thread on)");
+  lib_row("library, heartbeat off", false, "the same with lock_options.heartbeat = false (no heartbeat thread)");
+
+  auto node_row = [&](const std::string& name, const std::string& mode, const std::string& what) {
+    row r{name, what, n_.node_ops, {}, {}};
+    if (!have_node()) {
+      r.error = "node not found";
+    } else {
+      try {
+        std::string lock = fresh("u-v1-" + mode) + "/gpu.lock";
+        child c({cfg_.node, cfg_.helper, mode, lock, std::to_string(n_.batches), std::to_string(n_.node_ops)},
+                {false, true, true});
+        auto line = c.read_line(300'000);
+        if (!line) throw failure("no output from node: " + c.drain_err());
+        for (double ns : json::parse(*line)) r.us.push_back(ns / 1000.0);
+        c.wait(10'000);
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+    }
+    rows.push_back(r);
+  };
+  node_row("v1 cycle in Node (mkdir+write+rm)", "cycle",
+           "fs.mkdirSync + fs.writeFileSync(meta.json) + fs.rmSync({recursive, force}), timed in Node with hrtime");
+  node_row("v1 acquireGpuLock()+release() in Node", "acquire",
+           "await acquireGpuLock({waitMs: 0}) + release() from gpu-lock-v1.mjs, timed in Node");
+
+  {
+    row r{"flock(2) LOCK_EX + LOCK_UN", "flock on a file opened once", n_.flock_ops, {}, {}};
+    try {
+      std::string f = fresh("u-flock") + "/gpu.flock";
+      int fd = ::open(f.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+      if (fd < 0) throw failure("open " + f + ": " + std::strerror(errno));
+      r.us = batches_us(n_.batches, n_.flock_ops, [&] {
+        if (::flock(fd, LOCK_EX) != 0 || ::flock(fd, LOCK_UN) != 0) throw failure(std::strerror(errno));
+      });
+      ::close(fd);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    rows.push_back(r);
+  }
+  {
+    row r{"mkdir + rmdir in C++", "mkdir(2) then rmdir(2) of the lock path", n_.mkdir_ops, {}, {}};
+    try {
+      std::string p = fresh("u-mkdir") + "/gpu.lock";
+      r.us = batches_us(n_.batches, n_.mkdir_ops, [&] {
+        if (::mkdir(p.c_str(), 0777) != 0 || ::rmdir(p.c_str()) != 0) throw failure(std::strerror(errno));
+      });
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    rows.push_back(r);
+  }
+
+  double flock_us = kNaN, v1_us = kNaN;
+  for (auto& r : rows) {
+    if (r.error.empty() && r.name.rfind("flock", 0) == 0) flock_us = summarize(r.us).median;
+    if (r.error.empty() && r.name.rfind("v1 cycle", 0) == 0) v1_us = summarize(r.us).median;
+  }
+  v1_cycle_us_ = v1_us;
+  table t{{"mechanism", "µs/op", "min–max", "ops/batch", "vs flock", "vs v1 cycle"}, {}};
+  json j = json::array();
+  for (auto& r : rows) {
+    summary s = summarize(r.us);
+    if (!r.error.empty()) {
+      t.rows.push_back({r.name, "error: " + r.error});
+    } else {
+      t.rows.push_back({r.name, fmt(s.median, 2), fmt(s.min, 1) + "–" + fmt(s.max, 1), std::to_string(r.ops),
+                        ratio(s.median, flock_us), ratio(s.median, v1_us)});
+    }
+    if (r.name.rfind("library lock", 0) == 0 && r.error.empty()) lib_us_ = s.median;
+    json jr{{"name", r.name}, {"what", r.what}, {"ops_per_batch", r.ops}};
+    if (!r.error.empty()) jr["error"] = r.error;
+    else {
+      jr["us_per_op_median"] = round3(s.median);
+      jr["us_per_op_min"] = round3(s.min);
+      jr["us_per_op_max"] = round3(s.max);
+      json b = json::array();
+      for (double x : r.us) b.push_back(round3(x));
+      jr["batches_us_per_op"] = b;
+      jr["ratio_to_flock"] = num(s.median / flock_us);
+      jr["ratio_to_v1_cycle"] = num(s.median / v1_us);
+    }
+    j.push_back(jr);
+  }
+  print(t.render());
+  out_["uncontended"] = {{"unit", "µs per acquire+release"}, {"batches", n_.batches}, {"rows", j}};
+}
+
+// ---- section 2 ----
+
+void benchmark::whole_process() {
+  print("\n2. Whole process, uncontended (wall ms from spawn to reap; median of " + std::to_string(n_.whole_runs) +
+        " runs, interleaved)\n");
+  struct cmd {
+    std::string name;
+    std::vector<std::string> argv;
+    int runs;
+    std::vector<double> ms;
+    std::string error;
+  };
+  std::vector<cmd> cmds;
+  cmds.push_back({"true (no lock, baseline)", {cfg_.true_bin}, n_.whole_runs, {}, {}});
+  try {
+    cmds.push_back({"offload-lock --lock P run -- true",
+                    {cfg_.cli, "--lock", fresh("w-cli") + "/gpu.lock", "run", "--", "true"}, n_.whole_runs, {}, {}});
+    if (have_flock1())
+      cmds.push_back({"flock FILE true (util-linux)", {cfg_.flock_bin, fresh("w-flock") + "/gpu.flock", "true"},
+                      n_.whole_runs, {}, {}});
+    else
+      cmds.push_back({"flock FILE true (util-linux)", {}, 0, {}, "flock(1) not found"});
+    if (have_node())
+      cmds.push_back({"node: v1 acquireGpuLock+release, exit", {cfg_.node, cfg_.helper, "once", fresh("w-v1") + "/gpu.lock"},
+                      n_.whole_node_runs, {}, {}});
+    else
+      cmds.push_back({"node: v1 acquireGpuLock+release, exit", {}, 0, {}, "node not found"});
+  } catch (const std::exception& e) {
+    print("  error: " + std::string(e.what()) + "\n");
+    return;
+  }
+  constexpr int kWarm = 2;
+  int most = 0;
+  for (auto& c : cmds) most = std::max(most, c.runs);
+  for (int i = -kWarm; i < most; ++i) {
+    for (auto& c : cmds) {
+      if (!c.error.empty() || i >= c.runs) continue;
+      try {
+        double ms = double(run_timed(c.argv, 30'000)) / 1e6;
+        if (i >= 0) c.ms.push_back(ms);
+      } catch (const std::exception& e) {
+        c.error = e.what();
+      }
+    }
+  }
+  double flock_ms = kNaN, v1_ms = kNaN;
+  for (auto& c : cmds) {
+    if (!c.error.empty()) continue;
+    if (c.name.rfind("flock", 0) == 0) flock_ms = summarize(c.ms).median;
+    if (c.name.rfind("node", 0) == 0) v1_ms = summarize(c.ms).median;
+  }
+  table t{{"command", "median ms", "min", "p99", "runs", "vs flock(1)", "vs v1 node"}, {}};
+  json j = json::array();
+  for (auto& c : cmds) {
+    summary s = summarize(c.ms);
+    json jr{{"name", c.name}};
+    if (!c.argv.empty()) jr["argv"] = c.argv;
+    if (!c.error.empty()) {
+      t.rows.push_back({c.name, "error: " + c.error});
+      jr["error"] = c.error;
+    } else {
+      t.rows.push_back({c.name, fmt(s.median, 2), fmt(s.min, 2), fmt(s.p99, 2), std::to_string(s.n),
+                        ratio(s.median, flock_ms), ratio(s.median, v1_ms)});
+      jr["runs"] = s.n;
+      jr["ms_median"] = round3(s.median);
+      jr["ms_min"] = round3(s.min);
+      jr["ms_p99"] = round3(s.p99);
+      jr["ratio_to_flock1"] = num(s.median / flock_ms);
+      jr["ratio_to_v1_node"] = num(s.median / v1_ms);
+    }
+    j.push_back(jr);
+  }
+  print(t.render());
+  out_["whole_process"] = {{"unit", "ms wall per invocation"}, {"rows", j}};
+}
+
+// ---- sections 3 and 4: rounds of hold -> waiter waits -> release -> waiter holds ----
+
+handoff_stats benchmark::rounds(const std::string& name, int n, int lo, int hi, const std::function<void()>& hold,
+                                const std::function<std::int64_t()>& start_waiter,
+                                const std::function<void()>& release, const std::function<std::int64_t()>& collect,
+                                const std::function<void()>& after, bool stamp_checked) {
+  handoff_stats h;
+  h.name = name;
+  try {
+    for (int i = 0; i < n; ++i) {
+      hold();
+      std::int64_t t_go = mono_ns();
+      std::int64_t t_wait = start_waiter();
+      std::int64_t t_seen = mono_ns();
+      bool waited = t_wait >= 0;
+      if (stamp_checked && waited && (t_wait < t_go || t_wait > t_seen)) ++h.clock_bad;
+      sleep_ns(std::int64_t(delay_ms(lo, hi)) * 1'000'000);
+      std::int64_t t_release = mono_ns();
+      release();
+      h.release_ms.push_back(double(mono_ns() - t_release) / 1e6);
+      std::int64_t t_hold = collect();
+      if (after) after();
+      if (!waited) {
+        ++h.discarded;
+      } else if (t_hold < t_release) {
+        ++h.clock_bad;
+      } else {
+        h.ms.push_back(double(t_hold - t_release) / 1e6);
+      }
+    }
+  } catch (const std::exception& e) {
+    h.error = e.what();
+  }
+  return h;
+}
+
+json benchmark::handoff_json(const handoff_stats& h) {
+  summary s = h.s();
+  json j{{"name", h.name}, {"rounds", s.n}};
+  if (!h.error.empty()) j["error"] = h.error;
+  if (s.n) {
+    j["ms_p50"] = round3(s.p50);
+    j["ms_p99"] = round3(s.p99);
+    j["ms_min"] = round3(s.min);
+    j["ms_max"] = round3(s.max);
+    j["ms_mean"] = round3(s.mean);
+  }
+  if (!h.release_ms.empty()) {
+    j["holder_release_call_ms_p50"] = round3(h.rel().p50);
+    j["holder_release_call_ms_p99"] = round3(h.rel().p99);
+  }
+  j["discarded_not_waiting"] = h.discarded;
+  j["clock_check_failures"] = h.clock_bad;
+  return j;
+}
+
+namespace {
+
+std::int64_t stamp_of(const std::string& line) {
+  // "w <ns>[ nowait]" / "a <ns>" / "<ns>"
+  auto sp = line.find(' ');
+  std::string v = sp == std::string::npos ? line : line.substr(sp + 1);
+  return std::strtoll(v.c_str(), nullptr, 10);
+}
+
+// The waiting side of one round, for a persistent waiter child speaking the
+// go / w / a protocol (library, flock and v1 Node waiters).
+struct line_waiter {
+  child c;
+  int timeout_ms;
+  std::int64_t start() {
+    c.write_line("go");
+    std::string w = c.expect("w ", timeout_ms, "waiter");
+    if (w.find("nowait") != std::string::npos) return -1;
+    return stamp_of(w);
+  }
+  std::int64_t collect() { return stamp_of(c.expect("a ", timeout_ms, "waiter")); }
+};
+
+// The parent as the library holder of one lock path.
+struct lib_holder {
+  std::string path;
+  ol::lock held;
+  bool heartbeat = true;
+  void hold() {
+    ol::lock_options o;
+    o.path = path;
+    o.wait = std::chrono::seconds(10);
+    o.heartbeat = heartbeat;
+    auto l = ol::lock::acquire(o);
+    if (!l) throw failure("holder acquire: " + l.err().message());
+    held = std::move(*l);
+  }
+  void release() {
+    if (auto e = held.release()) throw failure("holder release: " + e.message());
+  }
+};
+
+struct flock_holder {
+  int fd = -1;
+  explicit flock_holder(const std::string& file) {
+    fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) throw failure("open " + file + ": " + std::strerror(errno));
+  }
+  ~flock_holder() {
+    if (fd >= 0) ::close(fd);
+  }
+  void hold() {
+    if (::flock(fd, LOCK_EX) != 0) throw failure(std::string("flock: ") + std::strerror(errno));
+  }
+  void release() { ::flock(fd, LOCK_UN); }
+};
+
+}  // namespace
+
+void benchmark::handoff() {
+  print("\n3. Handoff latency: holder releases -> waiter in another process holds (ms)\n"
+        "   holder: this process (library lock; flock(2) for the flock row), release stamped just before release()\n"
+        "   (release() p50: how long that call itself took);\n"
+        "   waiter stamps CLOCK_MONOTONIC right after it holds; the release comes " +
+        std::to_string(kDelayLoMs) + "–" + std::to_string(kDelayHiMs) + " ms (v1: " + std::to_string(kV1DelayLoMs) +
+        "–" + std::to_string(kV1DelayHiMs) + " ms, uniform) after the waiter reports it is waiting\n");
+  std::vector<handoff_stats> all;
+  const int to = 15'000;
+
+  // Library waiter.
+  try {
+    lib_holder h{fresh("h-lib") + "/gpu.lock", {}, true};
+    line_waiter w{child({cfg_.self, "--child", "lib-waiter", h.path}, {true, true, true}), to};
+    w.c.expect("ready", to, "library waiter");
+    all.push_back(rounds("library: lock::acquire waiter", n_.ho_lib, kDelayLoMs, kDelayHiMs, [&] { h.hold(); },
+                         [&] { return w.start(); }, [&] { h.release(); }, [&] { return w.collect(); }, nullptr, true));
+  } catch (const std::exception& e) {
+    all.push_back({"library: lock::acquire waiter", {}, {}, 0, 0, e.what()});
+  }
+  ho_lib_ = all.back();
+
+  // Diagnostic: the same with longer holds (the release after a long hold
+  // may cost the holder more than after a short one).
+  try {
+    lib_holder h{fresh("h-lib-long") + "/gpu.lock", {}, true};
+    line_waiter w{child({cfg_.self, "--child", "lib-waiter", h.path}, {true, true, true}), to};
+    w.c.expect("ready", to, "library waiter");
+    all.push_back(rounds("(diagnostic) library waiter, holds of " + std::to_string(kLongLoMs) + "–" +
+                             std::to_string(kLongHiMs) + " ms",
+                         n_.ho_long, kLongLoMs, kLongHiMs, [&] { h.hold(); }, [&] { return w.start(); },
+                         [&] { h.release(); }, [&] { return w.collect(); }, nullptr, true));
+  } catch (const std::exception& e) {
+    all.push_back({"(diagnostic) library waiter, long holds", {}, {}, 0, 0, e.what()});
+  }
+
+  // Diagnostic: the same with the holder's heartbeat off (no heartbeat thread
+  // to stop in release()), to separate the holder's share from the waiter's.
+  try {
+    lib_holder h{fresh("h-lib-nohb") + "/gpu.lock", {}, false};
+    line_waiter w{child({cfg_.self, "--child", "lib-waiter", h.path}, {true, true, true}), to};
+    w.c.expect("ready", to, "library waiter");
+    all.push_back(rounds("(diagnostic) library waiter, holder heartbeat off", n_.ho_lib, kDelayLoMs, kDelayHiMs,
+                         [&] { h.hold(); }, [&] { return w.start(); }, [&] { h.release(); },
+                         [&] { return w.collect(); }, nullptr, true));
+  } catch (const std::exception& e) {
+    all.push_back({"(diagnostic) library waiter, holder heartbeat off", {}, {}, 0, 0, e.what()});
+  }
+
+  // CLI waiter: a new `offload-lock run -- stamp` each round.
+  try {
+    lib_holder h{fresh("h-cli") + "/gpu.lock", {}, true};
+    std::optional<child> c;
+    all.push_back(rounds(
+        "CLI: offload-lock run -- stamp", n_.ho_cli, kDelayLoMs, kDelayHiMs, [&] { h.hold(); },
+        [&]() -> std::int64_t {
+          c.emplace(std::vector<std::string>{cfg_.cli, "--lock", h.path, "run", "--", cfg_.stamp},
+                    child::streams{false, true, true});
+          for (;;) {
+            auto l = c->read_err_line(to);
+            if (!l) throw failure("offload-lock run never said it was waiting");
+            if (l->find("waiting for") != std::string::npos) return mono_ns();
+          }
+        },
+        [&] { h.release(); },
+        [&]() -> std::int64_t {
+          auto l = c->read_line(to);
+          if (!l) throw failure("no stamp from the command under offload-lock run: " + c->drain_err());
+          return std::strtoll(l->c_str(), nullptr, 10);
+        },
+        [&] {
+          auto st = c->wait(to);
+          if (!st || *st != 0) throw failure("offload-lock run exited with " + (st ? std::to_string(*st) : "timeout"));
+        },
+        false));
+  } catch (const std::exception& e) {
+    all.push_back({"CLI: offload-lock run -- stamp", {}, {}, 0, 0, e.what()});
+  }
+  ho_cli_ = all.back();
+
+  // v1 reference runner waiter.
+  if (have_node()) {
+    try {
+      lib_holder h{fresh("h-v1") + "/gpu.lock", {}, true};
+      line_waiter w{child({cfg_.node, cfg_.helper, "waiter", h.path}, {true, true, true}), to};
+      w.c.expect("ready", 60'000, "v1 waiter");
+      all.push_back(rounds("v1 runner: acquireGpuLock waiter", n_.ho_v1, kV1DelayLoMs, kV1DelayHiMs,
+                           [&] { h.hold(); }, [&] { return w.start(); }, [&] { h.release(); },
+                           [&] { return w.collect(); }, nullptr, true));
+    } catch (const std::exception& e) {
+      all.push_back({"v1 runner: acquireGpuLock waiter", {}, {}, 0, 0, e.what()});
+    }
+  } else {
+    all.push_back({"v1 runner: acquireGpuLock waiter", {}, {}, 0, 0, "node not found"});
+  }
+
+  // flock(2) waiter.
+  try {
+    std::string f = fresh("h-flock") + "/gpu.flock";
+    flock_holder h(f);
+    line_waiter w{child({cfg_.self, "--child", "flock-waiter", f}, {true, true, true}), to};
+    w.c.expect("ready", to, "flock waiter");
+    all.push_back(rounds("flock(2): waiter blocked in flock", n_.ho_flock, kDelayLoMs, kDelayHiMs,
+                         [&] { h.hold(); }, [&] { return w.start(); }, [&] { h.release(); },
+                         [&] { return w.collect(); }, nullptr, true));
+  } catch (const std::exception& e) {
+    all.push_back({"flock(2): waiter blocked in flock", {}, {}, 0, 0, e.what()});
+  }
+
+  // Context for the CLI row: what starting the stamp command costs by itself.
+  {
+    handoff_stats b;
+    b.name = "(context) spawn -> stamp command running";
+    try {
+      for (int i = 0; i < n_.ho_spawn; ++i) {
+        std::int64_t t0 = mono_ns();
+        child c({cfg_.stamp}, {false, true, false});
+        auto l = c.read_line(to);
+        if (!l) throw failure("no output from " + cfg_.stamp);
+        b.ms.push_back(double(std::strtoll(l->c_str(), nullptr, 10) - t0) / 1e6);
+        c.wait(to);
+      }
+    } catch (const std::exception& e) {
+      b.error = e.what();
+    }
+    all.push_back(b);
+  }
+
+  double flock50 = kNaN, flock99 = kNaN, v150 = kNaN, v199 = kNaN;
+  for (auto& h : all) {
+    if (h.ms.empty()) continue;
+    if (h.name.rfind("flock", 0) == 0) flock50 = h.s().p50, flock99 = h.s().p99;
+    if (h.name.rfind("v1", 0) == 0) v150 = h.s().p50, v199 = h.s().p99;
+  }
+  table t{{"waiter", "p50 ms", "p99 ms", "min", "max", "n", "release() p50", "p50 vs flock", "p50 vs v1", "p99 vs v1"},
+          {}};
+  json j = json::array();
+  for (auto& h : all) {
+    summary s = h.s();
+    std::string name = h.name;
+    if (h.discarded) name += " [" + std::to_string(h.discarded) + " rounds discarded: waiter not yet waiting]";
+    if (h.clock_bad) name += " [" + std::to_string(h.clock_bad) + " clock-check failures]";
+    if (!h.error.empty() && s.n == 0) {
+      t.rows.push_back({name, "error: " + h.error});
+    } else {
+      t.rows.push_back({name, fmt(s.p50, 3), fmt(s.p99, 3), fmt(s.min, 3), fmt(s.max, 3), std::to_string(s.n),
+                        h.release_ms.empty() ? "" : fmt(h.rel().p50, 3), ratio(s.p50, flock50), ratio(s.p50, v150),
+                        ratio(s.p99, v199)});
+      if (!h.error.empty()) t.rows.push_back({"  stopped early: " + h.error});
+    }
+    json jr = handoff_json(h);
+    jr["p50_ratio_to_flock"] = num(s.p50 / flock50);
+    jr["p99_ratio_to_flock"] = num(s.p99 / flock99);
+    jr["p50_ratio_to_v1"] = num(s.p50 / v150);
+    jr["p99_ratio_to_v1"] = num(s.p99 / v199);
+    j.push_back(jr);
+  }
+  print(t.render());
+  out_["handoff"] = {{"unit", "ms from the holder's release stamp to the waiter's holding stamp"},
+                     {"delay_ms", {kDelayLoMs, kDelayHiMs}},
+                     {"v1_delay_ms", {kV1DelayLoMs, kV1DelayHiMs}},
+                     {"rows", j}};
+}
+
+void benchmark::crash() {
+  print("\n4. Crash takeover: holder process SIGKILLed -> waiter holds (ms)\n"
+        "   holder: a fresh library process per round (offload-lock-bench --child lib-hold), killed and reaped;\n"
+        "   stamp taken just before kill(SIGKILL)\n");
+  std::vector<handoff_stats> all;
+  const int to = 15'000;
+  auto run_with = [&](const std::string& name, int n, int lo, int hi, std::vector<std::string> waiter_argv,
+                      const std::string& path, int ready_to, bool holder_heartbeat) {
+    std::vector<std::string> holder_argv{cfg_.self, "--child", "lib-hold", path};
+    if (!holder_heartbeat) holder_argv.push_back("nohb");
+    try {
+      line_waiter w{child(waiter_argv, {true, true, true}), to};
+      w.c.expect("ready", ready_to, name);
+      std::optional<child> holder;
+      all.push_back(rounds(
+          name, n, lo, hi,
+          [&] {
+            holder.emplace(holder_argv, child::streams{true, true, true});
+            holder->expect("held", to, "crash holder");
+          },
+          [&] { return w.start(); }, [&] { holder->kill_and_reap(); }, [&] { return w.collect(); }, nullptr, true));
+    } catch (const std::exception& e) {
+      all.push_back({name, {}, {}, 0, 0, e.what()});
+    }
+  };
+  try {
+    std::string p = fresh("c-lib") + "/gpu.lock";
+    run_with("library: lock::acquire waiter", n_.crash_lib, kDelayLoMs, kDelayHiMs,
+             {cfg_.self, "--child", "lib-waiter", p}, p, to, true);
+  } catch (const std::exception& e) {
+    all.push_back({"library: lock::acquire waiter", {}, {}, 0, 0, e.what()});
+  }
+  crash_lib_ = all.back();
+  // Diagnostic: a holder without the heartbeat thread (and its watcher).
+  try {
+    std::string p = fresh("c-lib-nohb") + "/gpu.lock";
+    run_with("(diagnostic) library waiter, holder heartbeat off", n_.crash_lib, kDelayLoMs, kDelayHiMs,
+             {cfg_.self, "--child", "lib-waiter", p}, p, to, false);
+  } catch (const std::exception& e) {
+    all.push_back({"(diagnostic) library waiter, holder heartbeat off", {}, {}, 0, 0, e.what()});
+  }
+  if (have_node()) {
+    std::string p = fresh("c-v1") + "/gpu.lock";
+    run_with("v1 runner: acquireGpuLock waiter", n_.crash_v1, kV1DelayLoMs, kV1DelayHiMs,
+             {cfg_.node, cfg_.helper, "waiter", p}, p, 60'000, true);
+  } else {
+    all.push_back({"v1 runner: acquireGpuLock waiter", {}, {}, 0, 0, "node not found"});
+  }
+  double v150 = kNaN, v199 = kNaN;
+  for (auto& h : all)
+    if (h.name.rfind("v1", 0) == 0 && !h.ms.empty()) v150 = h.s().p50, v199 = h.s().p99;
+  table t{{"waiter", "p50 ms", "p99 ms", "min", "max", "n", "kill+reap p50", "p50 vs v1", "p99 vs v1"}, {}};
+  json j = json::array();
+  for (auto& h : all) {
+    summary s = h.s();
+    std::string name = h.name;
+    if (h.discarded) name += " [" + std::to_string(h.discarded) + " discarded]";
+    if (h.clock_bad) name += " [" + std::to_string(h.clock_bad) + " clock-check failures]";
+    if (!h.error.empty() && s.n == 0) {
+      t.rows.push_back({name, "error: " + h.error});
+    } else {
+      t.rows.push_back({name, fmt(s.p50, 3), fmt(s.p99, 3), fmt(s.min, 3), fmt(s.max, 3), std::to_string(s.n),
+                        h.release_ms.empty() ? "" : fmt(h.rel().p50, 3), ratio(s.p50, v150), ratio(s.p99, v199)});
+      if (!h.error.empty()) t.rows.push_back({"  stopped early: " + h.error});
+    }
+    json jr = handoff_json(h);
+    jr["p50_ratio_to_v1"] = num(s.p50 / v150);
+    jr["p99_ratio_to_v1"] = num(s.p99 / v199);
+    j.push_back(jr);
+  }
+  print(t.render());
+  out_["crash_takeover"] = {{"unit", "ms from the kill stamp to the waiter's holding stamp"}, {"rows", j}};
+}
+
+// ---- section 5 ----
+
+void benchmark::idle() {
+  print("\n5. Idle cost of one waiter while the holder keeps holding (" + std::to_string(n_.idle_s) +
+        " s window, all waiters measured side by side, each on its own lock; counts summed over the waiter's threads)\n");
+  const int to = 15'000;
+  std::vector<idle_stats> rows;
+  struct live {
+    std::size_t row;
+    child c;
+    bool lines;  // speaks the w/a protocol (else: CLI run, stamps on stdout)
+  };
+  std::vector<live> waiters;
+  std::deque<lib_holder> holders;  // stable references
+  std::optional<flock_holder> fh;
+
+  auto add = [&](const std::string& name, const std::function<void(live&)>& start) {
+    rows.push_back({name, false, {}, 0, {}, {}, 0, false});
+    try {
+      live l{rows.size() - 1, child(), true};
+      start(l);
+      rows.back().pid = l.c.pid();
+      waiters.push_back(std::move(l));
+    } catch (const std::exception& e) {
+      rows.back().error = e.what();
+    }
+  };
+  auto lib_lock = [&](const std::string& name) -> lib_holder& {
+    holders.push_back({fresh(name) + "/gpu.lock", {}, true});
+    holders.back().hold();
+    return holders.back();
+  };
+
+  add("library: lock::acquire waiter", [&](live& l) {
+    auto& h = lib_lock("i-lib");
+    l.c = child({cfg_.self, "--child", "lib-waiter", h.path}, {true, true, true});
+    l.c.expect("ready", to, "library waiter");
+    l.c.write_line("go");
+    l.c.expect("w ", to, "library waiter");
+  });
+  add("CLI: offload-lock run waiter", [&](live& l) {
+    auto& h = lib_lock("i-cli");
+    l.lines = false;
+    l.c = child({cfg_.cli, "--lock", h.path, "run", "--", cfg_.stamp}, {false, true, true});
+    for (;;) {
+      auto e = l.c.read_err_line(to);
+      if (!e) throw failure("offload-lock run never said it was waiting");
+      if (e->find("waiting for") != std::string::npos) break;
+    }
+  });
+  add("v1 runner: acquireGpuLock waiter", [&](live& l) {
+    if (!have_node()) throw failure("node not found");
+    auto& h = lib_lock("i-v1");
+    l.c = child({cfg_.node, cfg_.helper, "waiter", h.path}, {true, true, true});
+    l.c.expect("ready", 60'000, "v1 waiter");
+    l.c.write_line("go");
+    l.c.expect("w ", to, "v1 waiter");
+  });
+  add("flock(2): waiter blocked in flock", [&](live& l) {
+    std::string f = fresh("i-flock") + "/gpu.flock";
+    fh.emplace(f);
+    fh->hold();
+    l.c = child({cfg_.self, "--child", "flock-waiter", f}, {true, true, true});
+    l.c.expect("ready", to, "flock waiter");
+    l.c.write_line("go");
+    l.c.expect("w ", to, "flock waiter");
+  });
+
+  // Diagnostic: a library waiter whose lock shares its parent directory with
+  // unrelated files that come and go (as in a busy /tmp, the default parent).
+  std::string churn_dir;
+  add("(diagnostic) library waiter, " + std::to_string(kChurnPerS) + " unrelated files/s created+deleted in its dir",
+      [&](live& l) {
+        auto& h = lib_lock("i-lib-churn");
+        churn_dir = tmp_ + "/i-lib-churn";
+        l.c = child({cfg_.self, "--child", "lib-waiter", h.path}, {true, true, true});
+        l.c.expect("ready", to, "library waiter");
+        l.c.write_line("go");
+        l.c.expect("w ", to, "library waiter");
+      });
+
+  // Let every waiter settle into its wait (Node finishes starting up).
+  sleep_ns(500'000'000);
+  std::int64_t t0 = mono_ns();
+  for (auto& l : waiters) rows[l.row].before = read_sched(l.c.pid());
+  const std::int64_t end = t0 + std::int64_t(n_.idle_s) * 1'000'000'000;
+  int churned = 0;
+  for (std::int64_t next = t0; mono_ns() < end;) {
+    if (!churn_dir.empty()) {
+      std::string f = churn_dir + "/unrelated-" + std::to_string(churned++);
+      int fd = ::open(f.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) ::close(fd);
+      ::unlink(f.c_str());
+    }
+    next += 1'000'000'000 / kChurnPerS;
+    sleep_ns(std::min(next, end) - mono_ns());
+  }
+  std::int64_t t1 = mono_ns();
+  for (auto& l : waiters) {
+    idle_stats& r = rows[l.row];
+    r.after = read_sched(l.c.pid());
+    r.window_s = double(t1 - t0) / 1e9;
+    r.ok = r.before.ok && r.after.ok;
+    if (!r.ok) r.error = "could not read /proc/" + std::to_string(l.c.pid()) + "/task";
+  }
+  // Release everything; each waiter must now get its lock.
+  for (auto& h : holders)
+    if (h.held.owns()) (void)h.held.release();
+  if (fh) fh->release();
+  for (auto& l : waiters) {
+    try {
+      if (l.lines) l.c.expect("a ", to, "idle waiter");
+      else if (!l.c.read_line(to)) throw failure("no stamp");
+      rows[l.row].acquired_after = true;
+    } catch (const std::exception&) {
+    }
+    l.c.close_in();
+    if (!l.c.wait(5'000)) l.c.kill_and_reap();
+  }
+
+  double v1_wake = kNaN;
+  for (auto& r : rows)
+    if (r.ok && r.name.rfind("v1", 0) == 0) v1_wake = double(r.after.voluntary - r.before.voluntary);
+  table t{{"waiter", "wakeups (vol. switches)", "invol.", "CPU ms", "threads", "per 10 s", "got lock after"}, {}};
+  json j = json::array();
+  for (auto& r : rows) {
+    json jr{{"name", r.name}};
+    if (!r.ok) {
+      t.rows.push_back({r.name, "error: " + r.error});
+      jr["error"] = r.error;
+    } else {
+      std::int64_t vol = r.after.voluntary - r.before.voluntary;
+      std::int64_t inv = r.after.involuntary - r.before.involuntary;
+      double cpu = double(r.after.cpu_ns - r.before.cpu_ns) / 1e6;
+      double per10 = double(vol) * 10.0 / r.window_s;
+      t.rows.push_back({r.name, std::to_string(vol), std::to_string(inv), fmt(cpu, 3), std::to_string(r.after.threads),
+                        fmt(per10, 1), r.acquired_after ? "yes" : "NO"});
+      jr["window_s"] = round3(r.window_s);
+      jr["voluntary_switches"] = vol;
+      jr["involuntary_switches"] = inv;
+      jr["wakeups_per_10s"] = round3(per10);
+      jr["cpu_ms"] = round3(cpu);
+      jr["threads"] = r.after.threads;
+      jr["acquired_after_release"] = r.acquired_after;
+      jr["ratio_wakeups_to_v1"] = num(double(vol) / v1_wake);
+      if (r.name.rfind("library", 0) == 0) idle_lib_ = r;
+      if (r.name.rfind("CLI", 0) == 0) idle_cli_ = r;
+    }
+    j.push_back(jr);
+  }
+  print(t.render());
+  out_["idle_waiter"] = {{"window_s", n_.idle_s},
+                         {"what", "deltas of voluntary_ctxt_switches, nonvoluntary_ctxt_switches and schedstat "
+                                  "run time summed over /proc/<pid>/task/*; CLI: the offload-lock process only"},
+                         {"rows", j}};
+}
+
+// ---- section 6 ----
+
+void benchmark::throughput() {
+  print("\n6. Throughput and fairness: N processes looping acquire -> release for " + fmt(n_.tp_ms / 1000.0, 1) +
+        " s each\n");
+  struct res {
+    std::string mech;
+    int procs;
+    std::vector<long> counts;
+    double seconds;
+    std::string error;
+  };
+  std::vector<res> all;
+  for (std::string mech : {"library", "flock(2)"}) {
+    for (int procs : {2, 4, 8}) {
+      res r{mech, procs, {}, n_.tp_ms / 1000.0, {}};
+      try {
+        std::string dir = fresh("t-" + std::string(mech == "library" ? "lib" : "flock") + "-" + std::to_string(procs));
+        std::string path = dir + (mech == "library" ? "/gpu.lock" : "/gpu.flock");
+        std::vector<child> cs;
+        for (int i = 0; i < procs; ++i)
+          cs.emplace_back(std::vector<std::string>{cfg_.self, "--child", mech == "library" ? "lib-loop" : "flock-loop",
+                                                   path, std::to_string(n_.tp_ms)},
+                          child::streams{true, true, true});
+        for (auto& c : cs) c.expect("ready", 15'000, "loop child");
+        for (auto& c : cs) c.write_line("start");
+        for (auto& c : cs) r.counts.push_back(std::strtol(c.expect("n ", n_.tp_ms + 60'000, "loop child").c_str() + 2,
+                                                          nullptr, 10));
+        for (auto& c : cs) c.wait(10'000);
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+      all.push_back(r);
+    }
+  }
+  table t{{"mechanism", "procs", "acq/s total", "per process (acquisitions)", "max/min", "vs flock"}, {}};
+  json j = json::array();
+  auto total_of = [](const res& r) {
+    long s = 0;
+    for (long c : r.counts) s += c;
+    return double(s) / r.seconds;
+  };
+  for (auto& r : all) {
+    json jr{{"mechanism", r.mech}, {"processes", r.procs}, {"seconds", r.seconds}};
+    if (!r.error.empty()) {
+      t.rows.push_back({r.mech, std::to_string(r.procs), "error: " + r.error});
+      jr["error"] = r.error;
+      j.push_back(jr);
+      continue;
+    }
+    double total = total_of(r);
+    long mx = *std::max_element(r.counts.begin(), r.counts.end());
+    long mn = *std::min_element(r.counts.begin(), r.counts.end());
+    double fair = mn > 0 ? double(mx) / double(mn) : std::numeric_limits<double>::infinity();
+    double flock_total = kNaN;
+    for (auto& o : all)
+      if (o.mech != r.mech && o.mech == "flock(2)" && o.procs == r.procs && o.error.empty()) flock_total = total_of(o);
+    std::string per;
+    for (long c : r.counts) per += (per.empty() ? "" : " ") + std::to_string(c);
+    t.rows.push_back({r.mech, std::to_string(r.procs), fmt(total, 0), per, fmt(fair, 2),
+                      r.mech == "library" ? ratio(total, flock_total) : ""});
+    jr["acquisitions_per_s"] = round3(total);
+    jr["per_process"] = r.counts;
+    jr["max_over_min"] = std::isinf(fair) ? json("inf") : json(round3(fair));
+    if (r.mech == "library") jr["ratio_to_flock"] = num(total / flock_total);
+    j.push_back(jr);
+  }
+  print(t.render());
+  out_["throughput"] = {{"rows", j}};
+}
+
+// ---- targets ----
+
+void benchmark::targets() {
+  print("\nTargets\n");
+  json j = json::array();
+  auto report = [&](const std::string& what, std::optional<bool> held, const std::string& value,
+                    double measured = kNaN, double limit = kNaN, const std::string& unit = "") {
+    std::string tag = !held ? "[NOT MEASURED]" : *held ? "[HELD]    " : "[NOT HELD]";
+    print("  " + tag + " " + what + ": " + value + "\n");
+    j.push_back({{"target", what}, {"held", held ? json(*held) : json()}, {"value", value},
+                 {"measured", num(measured)}, {"limit", num(limit)}, {"unit", unit}});
+  };
+  auto ho = [&](const std::optional<handoff_stats>& h, const std::string& who) {
+    if (!h || h->ms.empty()) {
+      report("handoff p50 ≤ 1 ms (" + who + ")", std::nullopt, h ? h->error : "not run");
+      report("handoff p99 ≤ 10 ms (" + who + ")", std::nullopt, h ? h->error : "not run");
+      return;
+    }
+    summary s = h->s();
+    report("handoff p50 ≤ 1 ms (" + who + ")", s.p50 <= 1.0, fmt(s.p50, 3) + " ms, n=" + std::to_string(s.n), s.p50,
+           1.0, "ms");
+    report("handoff p99 ≤ 10 ms (" + who + ")", s.p99 <= 10.0, fmt(s.p99, 3) + " ms, n=" + std::to_string(s.n), s.p99,
+           10.0, "ms");
+  };
+  ho(ho_lib_, "library");
+  ho(ho_cli_, "CLI run, includes exec of the command");
+  if (crash_lib_ && !crash_lib_->ms.empty()) {
+    summary s = crash_lib_->s();
+    report("crash takeover p50 ≤ 5 ms (library)", s.p50 <= 5.0, fmt(s.p50, 3) + " ms, n=" + std::to_string(s.n), s.p50,
+           5.0, "ms");
+  } else {
+    report("crash takeover p50 ≤ 5 ms (library)", std::nullopt, crash_lib_ ? crash_lib_->error : "not run");
+  }
+  auto idle_target = [&](const std::optional<idle_stats>& r, const std::string& who) {
+    std::string what = "idle waiter ≤ 2 wakeups in 10 s (" + who + ")";
+    if (!r) {
+      report(what, std::nullopt, "not run");
+      return;
+    }
+    std::int64_t vol = r->after.voluntary - r->before.voluntary;
+    std::string value = std::to_string(vol) + " voluntary switches in " + fmt(r->window_s, 1) + " s";
+    if (n_.idle_s < 10) value += " (--quick: shorter window, same threshold)";
+    report(what, vol <= 2, value, double(vol), 2.0, "wakeups");
+  };
+  idle_target(idle_lib_, "library");
+  idle_target(idle_cli_, "CLI run");
+  if (!std::isnan(lib_us_) && !std::isnan(v1_cycle_us_))
+    report("uncontended library acquire+release no slower than the v1 mkdir+write+rm cycle", lib_us_ <= v1_cycle_us_,
+           fmt(lib_us_, 2) + " µs vs " + fmt(v1_cycle_us_, 2) + " µs (" + ratio(lib_us_, v1_cycle_us_) + ")", lib_us_,
+           v1_cycle_us_, "µs");
+  else
+    report("uncontended library acquire+release no slower than the v1 mkdir+write+rm cycle", std::nullopt,
+           "library or v1 row missing");
+  out_["targets"] = j;
+}
+
+int benchmark::run() {
+  std::int64_t t_start = mono_ns();
+  std::string base = cfg_.base_dir;
+  if (base.empty()) {
+    for (const char* v : {"TMPDIR", "TMP", "TEMP"})
+      if (const char* e = std::getenv(v); e && *e) {
+        base = e;
+        break;
+      }
+    if (base.empty()) base = "/tmp";
+  }
+  std::string templ = base + "/offload-lock-bench-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data())) {
+    std::cerr << "offload-lock-bench: mkdtemp " << templ << ": " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  tmp_ = buf.data();
+
+  machine_info m = describe_machine(tmp_);
+  std::string node_v = have_node() ? first_line_of({cfg_.node, "--version"}) : "";
+  std::string flock_v = have_flock1() ? first_line_of({cfg_.flock_bin, "--version"}) : "";
+  print("offload-lock-bench (" + std::string(cfg_.quick ? "quick" : "full") + " run) " + now_iso() + "\n");
+  print("machine: " + std::to_string(m.nproc) + " CPUs" + (m.cpu.empty() ? "" : " (" + m.cpu + ")") + ", " + m.kernel +
+        "\ntemp dir: " + tmp_ + " on " + (m.fs_type.empty() ? "?" : m.fs_type) + " (mount " + m.fs_mount + ")" +
+        "\nload average at start: " + m.loadavg + "\n");
+  print("offload-lock " + std::string(ol::version()) + " (" + cfg_.cli + "), node " +
+        (node_v.empty() ? "not found" : node_v) + ", " + (flock_v.empty() ? "flock(1) not found" : flock_v) + "\n");
+  out_["tool"] = "offload-lock-bench";
+  out_["mode"] = cfg_.quick ? "quick" : "full";
+  out_["started"] = now_iso();
+  out_["machine"] = {{"nproc", m.nproc},     {"cpu", m.cpu},           {"kernel", m.kernel},
+                     {"temp_dir", tmp_},     {"filesystem", m.fs_type}, {"mount", m.fs_mount},
+                     {"loadavg_start", m.loadavg}};
+  out_["versions"] = {{"offload_lock", ol::version()}, {"node", node_v}, {"flock", flock_v}};
+
+  auto section = [&](int n, void (benchmark::*f)()) {
+    if (!want(n)) return;
+    try {
+      (this->*f)();
+    } catch (const std::exception& e) {
+      print("  section " + std::to_string(n) + " failed: " + e.what() + "\n");
+    }
+  };
+  section(1, &benchmark::uncontended);
+  section(2, &benchmark::whole_process);
+  section(3, &benchmark::handoff);
+  section(4, &benchmark::crash);
+  section(5, &benchmark::idle);
+  section(6, &benchmark::throughput);
+  targets();
+
+  double secs = double(mono_ns() - t_start) / 1e9;
+  std::string load_end = read_loadavg();
+  print("\nload average at end: " + load_end + "; total " + fmt(secs, 1) + " s\n");
+  out_["machine"]["loadavg_end"] = load_end;
+  out_["total_seconds"] = round3(secs);
+  out_["report"] = report_;
+
+  if (!cfg_.keep) remove_tree(tmp_);
+  if (!cfg_.json_path.empty()) {
+    std::ofstream f(cfg_.json_path);
+    f << out_.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    if (!f) {
+      std::cerr << "offload-lock-bench: cannot write " << cfg_.json_path << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+std::string self_exe() {
+  char b[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", b, sizeof b - 1);
+  if (n <= 0) return {};
+  b[n] = '\0';
+  return b;
+}
+
+int usage(std::ostream& o, int code) {
+  o << "usage: offload-lock-bench [--quick] [--json FILE] [--dir DIR] [--keep] [--only 1,2,...]\n"
+       "                          [--cli PATH] [--node PATH] [--flock PATH]\n"
+       "  --quick     short run (CI smoke test, under a minute)\n"
+       "  --json      also write the results as JSON to FILE\n"
+       "  --dir       create the temporary directory under DIR (default: $TMPDIR, $TMP, $TEMP or /tmp)\n"
+       "  --keep      keep the temporary directory\n"
+       "  --only      run only these sections: 1 uncontended, 2 whole process, 3 handoff, 4 crash,\n"
+       "              5 idle waiter, 6 throughput\n";
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--child") return bench::run_child(argc, argv);
+  ::signal(SIGPIPE, SIG_IGN);
+  config c;
+  c.cli = OFFLOAD_LOCK_BENCH_CLI;
+  c.node = OFFLOAD_LOCK_BENCH_NODE;
+  c.stamp = OFFLOAD_LOCK_BENCH_STAMP;
+  c.helper = OFFLOAD_LOCK_BENCH_SOURCE_DIR "/v1-helper.mjs";
+  c.flock_bin = "flock";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "offload-lock-bench: " << a << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--quick") c.quick = true;
+    else if (a == "--keep") c.keep = true;
+    else if (a == "--json") c.json_path = value();
+    else if (a == "--dir") c.base_dir = value();
+    else if (a == "--cli") c.cli = value();
+    else if (a == "--node") c.node = value();
+    else if (a == "--flock") c.flock_bin = value();
+    else if (a == "--only") {
+      std::stringstream ss(value());
+      std::string x;
+      while (std::getline(ss, x, ',')) c.only.insert(std::atoi(x.c_str()));
+    } else if (a == "--help" || a == "-h") return usage(std::cout, 0);
+    else {
+      std::cerr << "offload-lock-bench: unknown argument " << a << "\n";
+      return usage(std::cerr, 2);
+    }
+  }
+  c.self = self_exe();
+  c.node = c.node.empty() ? "" : bench::which(c.node);
+  c.flock_bin = bench::which(c.flock_bin);
+  c.true_bin = bench::which("true");
+  if (c.self.empty() || ::access(c.cli.c_str(), X_OK) != 0 || ::access(c.stamp.c_str(), X_OK) != 0 ||
+      c.true_bin.empty()) {
+    std::cerr << "offload-lock-bench: missing " << (c.self.empty() ? "/proc/self/exe" : "") << " "
+              << (::access(c.cli.c_str(), X_OK) != 0 ? c.cli : "") << " "
+              << (::access(c.stamp.c_str(), X_OK) != 0 ? c.stamp : "") << (c.true_bin.empty() ? " true" : "")
+              << "\n";
+    return 1;
+  }
+  return benchmark(std::move(c)).run();
+}
