@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 extern char* program_invocation_short_name;
@@ -419,34 +420,52 @@ std::optional<std::string> get_env(const std::string& name) {
 
 // ---- watcher ----
 
+namespace {
+std::mutex g_inotify_mu;
+std::vector<int> g_inotify_pool;
+}  // namespace
+
 watcher::watcher() {
-  if (!env_flag("OFFLOAD_LOCK_NO_INOTIFY")) ino_ = fd(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (!env_flag("OFFLOAD_LOCK_NO_INOTIFY")) {
+    std::lock_guard<std::mutex> g(g_inotify_mu);
+    if (!g_inotify_pool.empty()) {
+      ino_ = g_inotify_pool.back();
+      g_inotify_pool.pop_back();
+    } else {
+      ino_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    }
+  }
   pidfd_ok_ = !env_flag("OFFLOAD_LOCK_NO_PIDFD");
 }
 
-watcher::~watcher() = default;
+watcher::~watcher() {
+  if (ino_ < 0) return;
+  unwatch_dir();  // removes the watches and drains their events
+  std::lock_guard<std::mutex> g(g_inotify_mu);
+  g_inotify_pool.push_back(ino_);
+}
 
 bool watcher::watch_dir(const std::string& path, bool contents) {
   unwatch_dir();
-  if (!ino_.valid()) return false;
+  if (ino_ < 0) return false;
   std::uint32_t mask = IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW;
   // While a holder's meta.json is incomplete, its arrival is news too.
   if (contents) mask |= IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE;
-  wd_ = ::inotify_add_watch(ino_.get(), path.c_str(), mask);
+  wd_ = ::inotify_add_watch(ino_, path.c_str(), mask);
   std::string parent;
   split_path(path, parent, name_);
-  parent_wd_ = ::inotify_add_watch(ino_.get(), parent.c_str(), IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR);
+  parent_wd_ = ::inotify_add_watch(ino_, parent.c_str(), IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR);
   return wd_ >= 0 && parent_wd_ >= 0;
 }
 
 void watcher::unwatch_dir() {
-  if (wd_ >= 0) ::inotify_rm_watch(ino_.get(), wd_);
-  if (parent_wd_ >= 0) ::inotify_rm_watch(ino_.get(), parent_wd_);
+  if (wd_ >= 0) ::inotify_rm_watch(ino_, wd_);
+  if (parent_wd_ >= 0) ::inotify_rm_watch(ino_, parent_wd_);
   wd_ = parent_wd_ = -1;
-  if (!ino_.valid()) return;
+  if (ino_ < 0) return;
   // Drop events already queued for the old watches.
   char buf[4096];
-  while (::read(ino_.get(), buf, sizeof buf) > 0) {
+  while (::read(ino_, buf, sizeof buf) > 0) {
   }
 }
 
@@ -455,7 +474,7 @@ bool watcher::relevant_events() {
   alignas(struct inotify_event) char buf[8192];
   bool relevant = false;
   for (;;) {
-    ssize_t n = ::read(ino_.get(), buf, sizeof buf);
+    ssize_t n = ::read(ino_, buf, sizeof buf);
     if (n <= 0) break;
     for (char* p = buf; p < buf + n;) {
       auto* ev = reinterpret_cast<struct inotify_event*>(p);
@@ -493,9 +512,9 @@ watcher::wake watcher::wait(std::int64_t timeout_ms, int extra_fd) {
 watcher::wake watcher::wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds) {
   std::vector<struct pollfd> fds;
   int ino_i = -1, pid_i = -1;
-  if (ino_.valid() && (wd_ >= 0 || parent_wd_ >= 0)) {
+  if (ino_ >= 0 && (wd_ >= 0 || parent_wd_ >= 0)) {
     ino_i = static_cast<int>(fds.size());
-    fds.push_back({ino_.get(), POLLIN, 0});
+    fds.push_back({ino_, POLLIN, 0});
   }
   if (pidfd_.valid()) {
     pid_i = static_cast<int>(fds.size());

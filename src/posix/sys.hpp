@@ -152,7 +152,7 @@ class watcher {
   watcher(const watcher&) = delete;
   watcher& operator=(const watcher&) = delete;
 
-  bool has_inotify() const { return ino_.valid(); }
+  bool has_inotify() const { return ino_ >= 0; }
   bool has_pidfd() const { return pidfd_ok_; }
   // Replaces the watched lock directory: its removal or move, seen both on
   // the directory itself and as its name leaving the parent (the kernel
@@ -175,7 +175,10 @@ class watcher {
 
  private:
   bool relevant_events();
-  fd ino_;
+  // Taken from, and given back to, a process-wide pool: closing an inotify
+  // descriptor makes the kernel wait for a grace period (about 12 ms
+  // measured here), which would be paid by every acquisition.
+  int ino_ = -1;
   int wd_ = -1, parent_wd_ = -1;
   std::string name_;
   fd pidfd_;
