@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <pthread.h>
 #include <set>
 #include <thread>
 
@@ -245,8 +246,14 @@ result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, con
                                  " and could not put it back; it is at " + aside);
     return reclaim_result::changed;
   }
-  // A failure here leaves only our moved-aside name, which the next
-  // acquisition cleans up; the lock path itself is already free.
+  // A lock directory normally holds meta.json alone: remove that and the
+  // directory, and walk the tree only if something else is inside. A
+  // failure leaves only our moved-aside name, which the next acquisition
+  // cleans up; the lock path itself is already free.
+  if (auto d = sys::open_dir(t.parent.get(), aside, true, aside)) {
+    (void)sys::unlink_at(d->get(), kMeta, false, aside);
+    if (!sys::unlink_at(t.parent.get(), aside, true, aside)) return reclaim_result::reclaimed;
+  }
   (void)sys::remove_tree_at(t.parent.get(), aside, aside);
   return reclaim_result::reclaimed;
 }
@@ -360,10 +367,13 @@ struct held_state {
   std::function<void(const error&)> on_lost;
   bool released = false;
 
-  std::thread heartbeat;
-  sys::fd stop_read, stop_write;
+  // Kept by the process's heartbeat service (under its mutex).
+  bool registered = false;
+  int watch_id = -1;
+  bool watch_tried = false;
+  std::int64_t next_touch = 0;
 
-  ~held_state() { stop_heartbeat(); }
+  std::int64_t period() const { return std::clamp<std::int64_t>(ttl / 4, 100, 60'000); }
 
   // Same directory at the path, with our token in its meta.json.
   bool still_ours() const {
@@ -380,9 +390,8 @@ struct held_state {
   // and its name in the parent) when it is removed or replaced. With
   // watch_holder, also end when the recorded holder process exits.
   kept keep(int stop_fd, bool watch_holder) {
-    const std::int64_t period = std::clamp<std::int64_t>(ttl / 4, 100, 60'000);
     sys::watcher w;
-    std::int64_t next_touch = sys::monotonic_ms() + period;
+    std::int64_t next_touch = sys::monotonic_ms() + period();
     for (;;) {
       bool dir_watched = w.watch_dir(t.path, false);
       if (!still_ours()) return kept::lost;
@@ -402,28 +411,14 @@ struct held_state {
           if (sys::monotonic_ms() >= next_touch) {
             if (!still_ours()) return kept::lost;
             (void)sys::touch_at(dir.get(), kMeta, t.path + "/" + kMeta);
-            next_touch = sys::monotonic_ms() + period;
+            next_touch = sys::monotonic_ms() + period();
           }
           break;
       }
     }
   }
 
-  void start_heartbeat() {
-    auto p = sys::make_pipe();
-    if (!p) return;  // no pipe, no heartbeat: the pid rules still hold
-    stop_read = std::move(p->first);
-    stop_write = std::move(p->second);
-    heartbeat = std::thread([this] {
-      if (keep(stop_read.get(), false) == kept::lost && on_lost) on_lost(error(errc::lost, t.path));
-    });
-  }
-
-  void stop_heartbeat() {
-    if (!heartbeat.joinable()) return;
-    sys::notify(stop_write.get());
-    heartbeat.join();
-  }
+  void stop_heartbeat();
 
   // B5: remove the directory only if it is still ours.
   error release() {
@@ -436,6 +431,127 @@ struct held_state {
     return *r == reclaim_result::reclaimed ? error{} : error(errc::lost, t.path);
   }
 };
+
+// B7 and loss detection for every lock this process holds, on one thread
+// that lives as long as the process: acquire and release only register and
+// unregister (no thread to start or join per acquisition). The thread
+// refreshes each meta.json's mtime every TTL/4 (at most every 60 s) and,
+// woken by inotify, calls on_lost as soon as a lock is removed or replaced.
+class heartbeat_service {
+ public:
+  static heartbeat_service& get() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      // After fork the child has no service thread (and perhaps a locked
+      // mutex): it starts a fresh service of its own.
+      ::pthread_atfork(nullptr, nullptr, [] { instance() = nullptr; });
+    });
+    std::lock_guard<std::mutex> g(instance_mu());
+    if (!instance()) instance() = new heartbeat_service();  // never freed: it lives as long as the process
+    return *instance();
+  }
+
+  void add(const std::shared_ptr<held_state>& s) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!started_) {
+      auto p = sys::make_pipe();
+      if (!p) return;  // no heartbeat; the pid rules still hold
+      wake_r_ = std::move(p->first);
+      wake_w_ = std::move(p->second);
+      std::thread([this] { run(); }).detach();
+      started_ = true;
+    }
+    s->registered = true;
+    s->next_touch = sys::monotonic_ms() + s->period();
+    entries_.push_back(s);
+    sys::notify(wake_w_.get());
+  }
+
+  void remove(held_state* s) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!s->registered) return;
+    s->registered = false;
+    sys::notify(wake_w_.get());
+  }
+
+ private:
+  static heartbeat_service*& instance() {
+    static heartbeat_service* p = nullptr;
+    return p;
+  }
+  static std::mutex& instance_mu() {
+    static std::mutex m;
+    return m;
+  }
+
+  void report_lost(held_state& s) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      // Released meanwhile: our own release, not a loss.
+      if (!s.registered) return;
+      s.registered = false;
+    }
+    if (s.on_lost) s.on_lost(error(errc::lost, s.t.path));
+  }
+
+  void run() {
+    sys::lock_watches watches;
+    for (;;) {
+      std::vector<std::shared_ptr<held_state>> live, check_now;
+      std::int64_t timeout = -1;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        for (auto it = entries_.begin(); it != entries_.end();) {
+          held_state& s = **it;
+          if (!s.registered) {
+            if (s.watch_id >= 0) watches.remove(s.watch_id);
+            it = entries_.erase(it);
+            continue;
+          }
+          if (!s.watch_tried) {
+            s.watch_tried = true;
+            s.watch_id = watches.add(s.t.path);
+            check_now.push_back(*it);  // a loss before the watch existed
+          }
+          std::int64_t left = std::max<std::int64_t>(0, s.next_touch - sys::monotonic_ms());
+          // Without a watch, loss is noticed at the next refresh at the latest.
+          timeout = timeout < 0 ? left : std::min(timeout, left);
+          live.push_back(*it);
+          ++it;
+        }
+      }
+      std::vector<int> hit;
+      if (check_now.empty()) {
+        sys::wait_readable({wake_r_.get(), watches.fd()}, timeout);
+        sys::drain(wake_r_.get());
+        hit = watches.take_events();
+      }
+      const std::int64_t now = sys::monotonic_ms();
+      for (const auto& sp : live) {
+        held_state& s = *sp;
+        bool suspect = std::find(hit.begin(), hit.end(), s.watch_id) != hit.end() ||
+                       std::find(check_now.begin(), check_now.end(), sp) != check_now.end();
+        bool due = now >= s.next_touch;
+        if (!suspect && !due) continue;
+        if (!s.still_ours()) {
+          report_lost(s);
+          continue;
+        }
+        if (due) {
+          (void)sys::touch_at(s.dir.get(), kMeta, s.t.path + "/" + kMeta);
+          s.next_touch = now + s.period();
+        }
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<std::shared_ptr<held_state>> entries_;
+  sys::fd wake_r_, wake_w_;
+  bool started_ = false;
+};
+
+void held_state::stop_heartbeat() { heartbeat_service::get().remove(this); }
 
 // B10: the threads of one process that want the same lock queue here, in
 // arrival order, and only the thread at the front makes the file claim. One
@@ -528,7 +644,7 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
       s->pid = rec.pid;
       s->ttl = ttl;
       s->on_lost = opt.on_lost;
-      if (opt.heartbeat) s->start_heartbeat();
+      if (opt.heartbeat) heartbeat_service::get().add(s);
       return s;
     }
 

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -291,6 +292,29 @@ void notify(int write_end) {
   (void)r;
 }
 
+void drain(int read_end) {
+  char buf[256];
+  while (::read(read_end, buf, sizeof buf) > 0) {
+  }
+}
+
+void wait_readable(std::initializer_list<int> fds, std::int64_t timeout_ms) {
+  std::vector<struct pollfd> p;
+  for (int f : fds)
+    if (f >= 0) p.push_back({f, POLLIN, 0});
+  std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
+  for (;;) {
+    int t = -1;
+    if (deadline >= 0) {
+      std::int64_t left = std::max<std::int64_t>(0, deadline - monotonic_ms());
+      t = left > INT_MAX ? INT_MAX : static_cast<int>(left);
+    }
+    int r = ::poll(p.data(), static_cast<nfds_t>(p.size()), t);
+    if (r < 0 && errno == EINTR) continue;
+    return;
+  }
+}
+
 std::int64_t now_ms() {
   struct timespec t {};
   ::clock_gettime(CLOCK_REALTIME, &t);
@@ -370,6 +394,24 @@ liveness probe(std::int64_t pid) {
 
 std::optional<proc_start> start_of(std::int64_t pid) {
   if (pid <= 0 || pid > INT_MAX) return std::nullopt;
+  // This process's own start never changes: read it once per process (the
+  // cache is keyed by pid, so a forked child reads its own).
+  static std::mutex self_mu;
+  static std::int64_t self_cached_pid = 0;
+  static proc_start self_cached;
+  const bool self = pid == ::getpid();
+  if (self) {
+    std::lock_guard<std::mutex> g(self_mu);
+    if (self_cached_pid == pid) {
+      proc_start out = self_cached;
+      struct timespec boot {};
+      ::clock_gettime(CLOCK_BOOTTIME, &boot);
+      long hz = ::sysconf(_SC_CLK_TCK);
+      if (hz <= 0) hz = 100;
+      out.epoch_ms = now_ms() - (ts_ms(boot) - static_cast<std::int64_t>(out.ticks * 1000 / static_cast<std::uint64_t>(hz)));
+      return out;
+    }
+  }
   char state = '?';
   std::uint64_t ticks = 0;
   if (!read_proc_stat(pid, state, ticks)) return std::nullopt;
@@ -383,6 +425,11 @@ std::optional<proc_start> start_of(std::int64_t pid) {
   proc_start out;
   out.ticks = ticks;
   out.epoch_ms = now_ms() - (ts_ms(boot) - started_boot_ms);
+  if (self) {
+    std::lock_guard<std::mutex> g(self_mu);
+    self_cached_pid = pid;
+    self_cached = out;
+  }
   return out;
 }
 
@@ -544,6 +591,60 @@ watcher::wake watcher::wait(std::int64_t timeout_ms, const std::vector<int>& ext
       if (fds[i].revents) return wake::extra_fd;
     if (ino_i >= 0 && fds[static_cast<std::size_t>(ino_i)].revents && relevant_events()) return wake::dir_event;
   }
+}
+
+lock_watches::lock_watches() {
+  if (!env_flag("OFFLOAD_LOCK_NO_INOTIFY")) ino_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+}
+
+int lock_watches::add(const std::string& path) {
+  if (ino_ < 0) return -1;
+  entry e;
+  std::string parent;
+  split_path(path, parent, e.name);
+  e.dir_wd = ::inotify_add_watch(ino_, path.c_str(), IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW);
+  // Several locks may share a parent: inotify gives them one watch.
+  e.parent_wd = ::inotify_add_watch(ino_, parent.c_str(), IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR);
+  if (e.dir_wd < 0 || e.parent_wd < 0) {
+    if (e.dir_wd >= 0) ::inotify_rm_watch(ino_, e.dir_wd);
+    return -1;
+  }
+  int id = next_id_++;
+  entries_.emplace_back(id, e);
+  return id;
+}
+
+void lock_watches::remove(int id) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->first != id) continue;
+    const entry e = it->second;
+    entries_.erase(it);
+    ::inotify_rm_watch(ino_, e.dir_wd);
+    bool parent_shared = false;
+    for (const auto& other : entries_) parent_shared |= other.second.parent_wd == e.parent_wd;
+    if (!parent_shared) ::inotify_rm_watch(ino_, e.parent_wd);
+    return;
+  }
+}
+
+std::vector<int> lock_watches::take_events() {
+  std::vector<int> ids;
+  if (ino_ < 0) return ids;
+  alignas(struct inotify_event) char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(ino_, buf, sizeof buf);
+    if (n <= 0) break;
+    for (char* p = buf; p < buf + n;) {
+      auto* ev = reinterpret_cast<struct inotify_event*>(p);
+      for (const auto& [id, e] : entries_) {
+        bool hit = (ev->mask & IN_Q_OVERFLOW) || ev->wd == e.dir_wd ||
+                   (ev->wd == e.parent_wd && ev->len > 0 && e.name == ev->name);
+        if (hit && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+      }
+      p += sizeof(struct inotify_event) + ev->len;
+    }
+  }
+  return ids;
 }
 
 }  // namespace offload_lock::detail::sys

@@ -6,6 +6,7 @@
 #define OFFLOAD_LOCK_SRC_POSIX_SYS_HPP
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -112,6 +113,10 @@ bool ofd_locked_elsewhere(int f);
 // A pipe (read end, write end), both close-on-exec; the read end non-blocking.
 result<std::pair<fd, fd>> make_pipe();
 void notify(int write_end);  // writes one byte, never blocks
+void drain(int read_end);    // reads whatever is queued, never blocks
+// Waits until one of the descriptors (those >= 0) is readable, or timeout_ms
+// passes (negative: no timeout). Retries EINTR.
+void wait_readable(std::initializer_list<int> fds, std::int64_t timeout_ms);
 
 std::int64_t now_ms();  // wall clock, epoch milliseconds
 std::int64_t monotonic_ms();
@@ -183,6 +188,32 @@ class watcher {
   std::string name_;
   fd pidfd_;
   bool pidfd_ok_ = true;
+};
+
+// Many lock directories watched on one inotify instance, for a thread that
+// looks after every lock a process holds. Each lock is watched as in
+// watcher::watch_dir (removal or move, on the directory and as its name in
+// the parent). Not thread-safe; one owner thread.
+class lock_watches {
+ public:
+  lock_watches();
+  lock_watches(const lock_watches&) = delete;
+  lock_watches& operator=(const lock_watches&) = delete;
+  int fd() const { return ino_; }  // readable when events are queued; -1 without inotify
+  // Returns an id for remove(), or -1 when the lock cannot be watched.
+  int add(const std::string& path);
+  void remove(int id);
+  // Reads the queued events: the ids they concern (all ids on overflow).
+  std::vector<int> take_events();
+
+ private:
+  struct entry {
+    int dir_wd = -1, parent_wd = -1;
+    std::string name;
+  };
+  int ino_ = -1;
+  int next_id_ = 0;
+  std::vector<std::pair<int, entry>> entries_;
 };
 
 }  // namespace offload_lock::detail::sys
