@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "offload_lock/lock.hpp"
+#include "offload_lock/mutex.hpp"
 #include "support.hpp"
 
 namespace ol = offload_lock;
@@ -219,4 +220,47 @@ TEST_CASE("cli: run --on-lost term stops CMD when its lock is taken away; warn o
     c.kill(SIGTERM);
     CHECK(c.wait() == 9);
   }
+}
+
+TEST_CASE("gpu_mutex works with std::lock_guard and std::unique_lock across threads", "[multiprocess][threads]") {
+  temp_dir d;
+  ol::lock_options o;
+  o.path = d.lock();
+  ol::gpu_mutex gpu(o);
+  std::atomic<int> inside{0}, max_inside{0}, rounds{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 20; ++k) {
+        std::lock_guard<ol::gpu_mutex> g(gpu);
+        int now = ++inside;
+        max_inside = std::max(max_inside.load(), now);
+        CHECK(fs::exists(fs::path(d.lock()) / "meta.json"));
+        ++rounds;
+        --inside;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(rounds == 60);
+  CHECK(max_inside == 1);
+  CHECK_FALSE(fs::exists(d.lock()));
+
+  // try_lock: false while another process holds it.
+  child other(self_exe(), {"--child", "hold", d.lock(), "-1"});
+  REQUIRE(other.read_line());
+  std::unique_lock<ol::gpu_mutex> u(gpu, std::try_to_lock);
+  CHECK_FALSE(u.owns_lock());
+  other.write_line("release");
+  REQUIRE(other.read_line() == std::string("released"));
+  CHECK(u.try_lock());
+  CHECK(ol::inspect(d.lock()).pid == ::getpid());
+  u.unlock();
+  CHECK_FALSE(fs::exists(d.lock()));
+
+  // A failure other than contention is an exception with the path in it.
+  ol::lock_options bad;
+  bad.path = (d.path / "no" / "parent" / "x.lock").string();
+  ol::gpu_mutex missing(bad);
+  CHECK_THROWS_AS(missing.lock(), std::system_error);
 }
