@@ -54,12 +54,22 @@ child::child(const std::string& exe, const std::vector<std::string>& args, const
   cloexec(out.native_source());
   cloexec(out.native_sink());
   err_path_ = fs::temp_directory_path() / fs::unique_path("offload-lock-test-err-%%%%-%%%%");
-  bp::environment e = boost::this_process::environment();
-  for (const auto& [k, v] : env) {
-    if (v) e[k] = *v;
-    else e.erase(k);
+  // Environment changes go through env(1), which execs the program in place
+  // (same pid): Boost.Process 1.74's environment class reads freed memory
+  // when edited (ThreadSanitizer caught it), so it is not used.
+  std::string program = exe;
+  std::vector<std::string> argv = args;
+  if (!env.empty()) {
+    std::vector<std::string> prefix;
+    for (const auto& [k, v] : env) {
+      if (v) prefix.push_back(k + "=" + *v);
+      else prefix.insert(prefix.begin(), {"-u", k});
+    }
+    prefix.push_back(exe);
+    argv.insert(argv.begin(), prefix.begin(), prefix.end());
+    program = "/usr/bin/env";
   }
-  bp::child c(exe, bp::args(args), bp::std_in < in, bp::std_out > out, bp::std_err > err_path_, e);
+  bp::child c(program, bp::args(argv), bp::std_in < in, bp::std_out > out, bp::std_err > err_path_);
   pid_ = c.id();
   c.detach();  // this class reaps it with waitpid
   in_ = ::dup(in.native_sink());
