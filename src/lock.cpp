@@ -389,7 +389,7 @@ struct held_state {
   // while the lock is still ours, and notice at once (inotify on the lock
   // and its name in the parent) when it is removed or replaced. With
   // watch_holder, also end when the recorded holder process exits.
-  kept keep(int stop_fd, bool watch_holder) {
+  kept keep(bool watch_holder) {
     sys::watcher w;
     std::int64_t next_touch = sys::monotonic_ms() + period();
     for (;;) {
@@ -403,7 +403,7 @@ struct held_state {
       }
       std::int64_t timeout = std::max<std::int64_t>(0, next_touch - sys::monotonic_ms());
       if (!dir_watched || (watch_holder && !pid_watched)) timeout = std::min(timeout, kFallbackPollMs);
-      switch (w.wait(timeout, stop_fd)) {
+      switch (w.wait(timeout)) {
         case sys::watcher::wake::extra_fd: return kept::stopped;
         case sys::watcher::wake::pid_exit: return kept::holder_exited;
         case sys::watcher::wake::dir_event: break;  // re-checked at the top
@@ -777,7 +777,7 @@ error lock::hold_for_holder() {
   if (!h_ || !h_->outermost || !h_->gate->held) return error(errc::lost, "hold of a lock that is not held here");
   std::shared_ptr<held_state> held = h_->gate->held;
   held->stop_heartbeat();
-  auto why = held->keep(-1, true);
+  auto why = held->keep(true);
   if (why == held_state::kept::lost) {
     held->released = true;
     detach();

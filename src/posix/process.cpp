@@ -206,7 +206,7 @@ void gated_child::signal(int sig) {
   if (pid_ > 0 && !reaped_) ::kill(static_cast<pid_t>(pid_), sig);
 }
 
-int gated_child::wait_forwarding(int extra_fd, void (*on_extra)(void*), void* ctx) {
+int gated_child::wait_forwarding() {
   install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
   for (;;) {
     int st = 0;
@@ -218,10 +218,8 @@ int gated_child::wait_forwarding(int extra_fd, void (*on_extra)(void*), void* ct
       return 1;
     }
     if (r < 0 && errno != EINTR) return 1;
-    struct pollfd fds[2] = {{g_sig_pipe[0], POLLIN, 0}, {extra_fd, POLLIN, 0}};
-    int n = ::poll(fds, extra_fd >= 0 ? 2 : 1, -1);
-    if (n < 0) continue;
-    if (extra_fd >= 0 && (fds[1].revents & POLLIN) && on_extra) on_extra(ctx);
+    struct pollfd fds[1] = {{g_sig_pipe[0], POLLIN, 0}};
+    if (::poll(fds, 1, -1) < 0) continue;
     sig_msg m;
     while (read_sig(m)) {
       if (m.signo == SIGCHLD) continue;
@@ -232,19 +230,15 @@ int gated_child::wait_forwarding(int extra_fd, void (*on_extra)(void*), void* ct
   }
 }
 
-int wait_for_eof_or_signal(int extra_fd, void (*on_extra)(void*), void* ctx) {
+int wait_for_eof_or_signal() {
   install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
   char buf[4096];
   bool eof = false;
   for (;;) {
-    struct pollfd fds[3] = {{g_sig_pipe[0], POLLIN, 0}, {eof ? -1 : 0, POLLIN, 0}, {extra_fd, POLLIN, 0}};
-    int n = ::poll(fds, 3, -1);
-    if (n < 0) continue;
+    struct pollfd fds[2] = {{g_sig_pipe[0], POLLIN, 0}, {eof ? -1 : 0, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) continue;
     if (fds[0].revents & POLLIN) {
       if (int sig = take_signal(); sig == SIGINT || sig == SIGTERM) return sig;
-    }
-    if (fds[2].revents & POLLIN) {
-      if (on_extra) on_extra(ctx);
     }
     if (fds[1].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) {
       ssize_t r = ::read(0, buf, sizeof buf);

@@ -36,10 +36,9 @@ class gated_child {
 
   // Waits for the child to end, passing on SIGINT, SIGTERM and SIGHUP that
   // were sent to this process (signals a terminal sends to the whole process
-  // group already reach the child and are not sent twice). `poll_extra` is
-  // called whenever `extra_fd` becomes readable. Returns the exit status, or
-  // 128+N when killed by signal N.
-  int wait_forwarding(int extra_fd = -1, void (*on_extra)(void*) = nullptr, void* ctx = nullptr);
+  // group already reach the child and are not sent twice). Returns the exit
+  // status, or 128+N when killed by signal N.
+  int wait_forwarding();
   // Sends a signal to the child.
   void signal(int sig);
 
@@ -59,10 +58,9 @@ int catch_signals();
 // The next queued signal number, 0 when none.
 int take_signal();
 
-// Blocks until standard input reaches EOF or SIGTERM/SIGINT arrives, calling
-// on_extra whenever extra_fd becomes readable. Returns the signal number, or
-// 0 for EOF.
-int wait_for_eof_or_signal(int extra_fd = -1, void (*on_extra)(void*) = nullptr, void* ctx = nullptr);
+// Blocks until standard input reaches EOF or SIGTERM/SIGINT arrives. Returns
+// the signal number, or 0 for EOF.
+int wait_for_eof_or_signal();
 
 // Forks a detached background process (new session, standard streams on
 // /dev/null, working directory /, and every other descriptor it inherited
