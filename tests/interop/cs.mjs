@@ -1,9 +1,9 @@
 // The critical-section protocol of the stress test (Node side; participant.cpp
 // has the same protocol in C++), and the /proc helpers the supervisor shares.
 //
-// Sentinel: <dir>/in-cs holds "<tag> <pid> <starttime>\n" of the participant
-// inside (starttime: field 22 of /proc/<pid>/stat, so a reused pid is told
-// apart). Entering: the line is written to a private file and link(2)ed to
+// Sentinel: <dir>/in-cs holds "<tag> <pid> <starttime> <L|N>\n" of the
+// participant inside (starttime: field 22 of /proc/<pid>/stat, so a reused pid
+// is told apart; L: it holds the lock, N: detector self-test, it does not). Entering: the line is written to a private file and link(2)ed to
 // in-cs, which fails with EEXIST exactly like open(O_CREAT|O_EXCL) and never
 // shows an empty sentinel. On EEXIST:
 //   - the writer inside is dead (gone, reused pid, zombie, or already exiting
@@ -15,7 +15,8 @@
 // Event lines (one write each, on stdout): TYPE TIME TAG ...
 //   A t tag kind pid start ident   entered the critical section holding the lock
 //   N t tag kind                   entered WITHOUT the lock (detector self-test)
-//   O t tag kind insideTag insidePid   overlap: someone alive was inside
+//   O t tag kind insideTag insidePid myFlag insideFlag
+//                                  overlap: someone alive was inside (flags L/N)
 //   D t tag insideTag insidePid    found a dead writer's sentinel
 //   G t tag what                   our sentinel was gone/replaced on the way out
 //   X t tag                        left the critical section (before releasing)
@@ -25,6 +26,7 @@
 //   K t tag                        (run-loop) the CMD was killed by the supervisor
 //   R t tag mode ident             (reference runner) rm -rf of the lock, mode
 //                                  release or reclaim, ident of what it removed
+//                                  ("absent": the path was empty when read)
 //   E t tag message                unexpected error
 // ident: the token of the lock the participant took (offload-lock kinds know
 // it from the acquisition itself), "p<pid>s<startedAt>" for a v1 runner's lock
@@ -65,8 +67,8 @@ export function writerDead(pid, start) {
 }
 
 export function parseSentinel(text) {
-  const [tag = '?', pid = '0', start = '0'] = String(text).trim().split(/\s+/);
-  return { tag, pid: Number(pid), start };
+  const [tag = '?', pid = '0', start = '0', flag = '?'] = String(text).trim().split(/\s+/);
+  return { tag, pid: Number(pid), start, flag };
 }
 
 // Which lock a meta.json belongs to: its token (offload-lock), else
@@ -108,11 +110,14 @@ export class Sentinel {
     this.kind = kind;
     this.file = path.join(dir, 'in-cs');
     const me = procStat(process.pid);
-    this.mine = `${tag} ${process.pid} ${me ? me.start : 0}\n`;
-    this.start = me ? me.start : '0';
+    this.id = `${tag} ${process.pid} ${me ? me.start : 0}`;
   }
 
-  enter() {
+  // locked: this entry holds the lock ("L") or, in the detector self-test,
+  // deliberately does not ("N"); an overlap reports both sides' flag.
+  enter(locked = true) {
+    this.flag = locked ? 'L' : 'N';
+    this.mine = `${this.id} ${this.flag}\n`;
     const tmp = path.join(this.dir, `in-cs.tmp.${process.pid}`);
     fs.writeFileSync(tmp, this.mine);
     const deadline = Date.now() + 10000;
@@ -141,7 +146,7 @@ export class Sentinel {
         }
         continue;
       }
-      emit('O', this.tag, this.kind, inside.tag, inside.pid);
+      emit('O', this.tag, this.kind, inside.tag, inside.pid, this.flag, inside.flag);
       try {
         fs.renameSync(tmp, this.file);
       } catch (err) {

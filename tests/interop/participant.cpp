@@ -222,10 +222,14 @@ struct sentinel {
   std::string path() const { return dir + "/in-cs"; }
   std::string mine;  // the sentinel's bytes when it is ours
 
-  sentinel(std::string d, std::string t, std::string k) : dir(std::move(d)), tag(std::move(t)), kind(std::move(k)) {
+  // locked: whether this entry holds the lock ("L") or, in the detector
+  // self-test, deliberately does not ("N"); overlaps report both sides' flag.
+  sentinel(std::string d, std::string t, std::string k, bool locked)
+      : dir(std::move(d)), tag(std::move(t)), kind(std::move(k)), flag(locked ? "L" : "N") {
     auto st = read_proc_stat(::getpid());
-    mine = tag + " " + std::to_string(::getpid()) + " " + std::to_string(st ? st->start : 0) + "\n";
+    mine = tag + " " + std::to_string(::getpid()) + " " + std::to_string(st ? st->start : 0) + " " + flag + "\n";
   }
+  std::string flag;
 
   // Exclusive creation of <dir>/in-cs holding our id. The id is written to a
   // private file first and linked into place: link(2) fails with EEXIST
@@ -245,12 +249,14 @@ struct sentinel {
       }
       auto other = read_text(path());
       if (!other) continue;  // removed meanwhile: try again
-      std::string inside_tag = "?";
+      std::string inside_tag = "?", inside_flag = "?";
       long pid = 0;
       unsigned long long start = 0;
       {
-        char t[256] = {0};
-        if (std::sscanf(other->c_str(), "%255s %ld %llu", t, &pid, &start) >= 1) inside_tag = t;
+        char t[256] = {0}, f[8] = {0};
+        int n = std::sscanf(other->c_str(), "%255s %ld %llu %7s", t, &pid, &start, f);
+        if (n >= 1) inside_tag = t;
+        if (n >= 4) inside_flag = f;
       }
       if (pid > 0 && writer_dead(pid, start)) {
         // Left behind by a participant killed inside its critical section:
@@ -268,7 +274,7 @@ struct sentinel {
       }
       // Someone alive is inside: an overlap. Record it, then take the
       // sentinel over so that the next entrant is checked against us.
-      event("O", tag + " " + kind + " " + inside_tag + " " + std::to_string(pid));
+      event("O", tag + " " + kind + " " + inside_tag + " " + std::to_string(pid) + " " + flag + " " + inside_flag);
       if (::rename(tmp.c_str(), path().c_str()) != 0) event("E", tag + " rename-in-cs:" + std::strerror(errno));
       return;
     }
@@ -306,7 +312,7 @@ struct stress_opts {
 // One critical section while holding (or, for the self-test, pretending to
 // hold) the lock. ident: the token of the lock this participant took.
 void critical_section(const stress_opts& s, bool locked, const std::string& ident = "-") {
-  sentinel cs(s.dir, s.tag, s.kind);
+  sentinel cs(s.dir, s.tag, s.kind, locked);
   cs.enter();
   auto st = read_proc_stat(::getpid());
   if (locked)

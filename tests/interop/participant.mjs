@@ -116,7 +116,13 @@ let refReleasing = false;
 function wrapRmSync(lock, tag) {
   const original = fs.rmSync;
   fs.rmSync = function rmSyncLogged(p, options) {
-    if (path.resolve(String(p)) === path.resolve(lock)) emit('R', tag, refReleasing ? 'release' : 'reclaim', lockIdent(lock));
+    if (path.resolve(String(p)) === path.resolve(lock)) {
+      // "absent": nothing at the path when it was read (another reclaimer
+      // had just moved it aside); whatever appears before the rm -rf runs
+      // is removed unseen.
+      const ident = fs.existsSync(lock) ? lockIdent(lock) : 'absent';
+      emit('R', tag, refReleasing ? 'release' : 'reclaim', ident);
+    }
     return original.call(this, p, options);
   };
 }
@@ -143,7 +149,33 @@ async function hold(o) {
   process.stdin.on('end', finish);
   process.stdin.on('close', finish);
   process.stdin.resume();
-  process.stdout.write(`acquired ${h.recordedPid} ${process.pid}\n`);
+  let recorded = h.recordedPid;
+  if (o.kind === 'compat') {
+    // compat/node says which pid it recorded; it must be the `offload-lock
+    // hold` child it spawned, found here independently.
+    const holds = childProcesses(process.pid).filter((c) => c.cmd.includes(' hold '));
+    if (holds.length !== 1 || holds[0].pid !== h.recordedPid) {
+      process.stderr.write(`participant.mjs: compat/node reports pid ${h.recordedPid}, its hold children are ${JSON.stringify(holds)}\n`);
+      process.exit(4);
+    }
+    recorded = holds[0].pid;
+  }
+  process.stdout.write(`acquired ${recorded} ${process.pid}\n`);
+}
+
+function childProcesses(ppid) {
+  const out = [];
+  for (const e of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    const st = procStat(Number(e));
+    if (!st || st.ppid !== ppid) continue;
+    let cmd = '';
+    try {
+      cmd = fs.readFileSync(`/proc/${e}/cmdline`, 'utf8').split('\0').join(' ');
+    } catch { /* gone */ }
+    out.push({ pid: Number(e), cmd });
+  }
+  return out;
 }
 
 async function loop(o) {
@@ -166,7 +198,7 @@ async function loop(o) {
     await sleep(uniform(thinkMin, thinkMax));
     if (fs.existsSync(stopFile)) break;
     if (skipEvery > 0 && cycle % skipEvery === 0) {
-      cs.enter();
+      cs.enter(false);
       emit('N', tag, o.kind);
       sleepSync(uniform(csMin, csMax));
       cs.leave();
@@ -185,7 +217,7 @@ async function loop(o) {
       emit('T', tag);
       continue;
     }
-    cs.enter();
+    cs.enter(true);
     emit('A', tag, o.kind, process.pid, me ? me.start : 0, h.ident);
     sleepSync(uniform(csMin, csMax));
     cs.leave();

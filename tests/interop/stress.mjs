@@ -333,8 +333,19 @@ class Supervisor {
     }
     const s = parseSentinel(text);
     if (!(s.pid > 0) || !writerDead(s.pid, s.start)) return;
-    // Nobody else touches a dead writer's sentinel: participants that meet
-    // it wait for this removal.
+    // Read it again now that its writer is known dead: if it is still there,
+    // it was left behind (a writer that ends normally removes its sentinel
+    // first), and nobody else touches it: participants that meet it wait for
+    // this removal. Without the re-read, a writer that left and exited
+    // between the first read and the check would make us remove its
+    // successor's sentinel.
+    let again;
+    try {
+      again = fs.readFileSync(this.sentinel, 'utf8');
+    } catch {
+      return;
+    }
+    if (again !== text) return;
     try {
       fs.unlinkSync(this.sentinel);
     } catch {
@@ -452,7 +463,6 @@ class Supervisor {
 
   analyse() {
     const ev = this.events;
-    ev.AN = [...ev.A.map((e) => ({ ...e, type: 'A' })), ...ev.N.map((e) => ({ ...e, type: 'N' }))].sort((a, b) => a.t - b.t);
     const byKind = (list) => {
       const m = Object.fromEntries(ALL_KINDS.map((k) => [k, 0]));
       for (const e of list) m[kindOf(e.tag)]++;
@@ -491,11 +501,6 @@ class Supervisor {
         a.killed = !!k && (!x || k.t < x.t);
       }
     }
-    const lastAcqBefore = (tag, t) => {
-      let best = null;
-      for (const a of aByTag.get(tag) || []) if (a.t <= t + 1 && (!best || a.t > best.t)) best = a;
-      return best;
-    };
     const acqByIdent = new Map();
     for (const a of ev.A) if (a.f[3] && a.f[3] !== '-') acqByIdent.set(a.f[3], a);
     const isRefIdent = (ident) => /^p\d+s/.test(ident);
@@ -510,7 +515,9 @@ class Supervisor {
       const defect = mode === 'release' ? 'D3 release' : ident === '-' ? 'D1 reclaim' : 'D2 reclaim';
       let cls;
       let live = false;
-      if (!owner) {
+      if (ident === 'absent') {
+        cls = `${mode} that found the path empty (another reclaimer had just moved the lock aside)`;
+      } else if (!owner) {
         cls = ident === '-'
           ? `${mode} of a lock without meta.json (a v1 runner killed or caught in its mkdir->write window)`
           : `${mode} of a ${isRefIdent(ident) ? 'v1' : 'offload-lock'} lock whose holder never entered (killed before, or removed under it)`;
@@ -534,19 +541,25 @@ class Supervisor {
     const overlaps = [];
     for (const o of ev.O) {
       const [enteredKind, insideTag] = o.f;
-      const entry = ev.AN.find((e) => e.tag === o.tag && e.t >= o.t);
-      let insideEntry = null;
-      for (const e of ev.AN) if (e.tag === insideTag && e.t <= o.t) insideEntry = e;
-      const enteredSkipped = !!entry && entry.type === 'N';
-      const victimSkipped = !!insideEntry && insideEntry.type === 'N';
-      const inside = lastAcqBefore(insideTag, o.t);
+      // Self-test entries without the lock are flagged N in the sentinel.
+      const enteredSkipped = o.f[3] === 'N';
+      const victimSkipped = o.f[4] === 'N';
+      const entry = ev.A.find((e) => e.tag === o.tag && e.t >= o.t) || null;
+      // The acquisition of the one inside: the one whose tenure covers the
+      // overlap (with slack: the O line is stamped after the check), or the
+      // next one (it had just taken the sentinel over itself).
+      let inside = null;
+      for (const a of aByTag.get(insideTag) || []) {
+        if (a.t <= o.t + 1 && a.end >= o.t - 50) inside = a;
+        if (!inside && a.t > o.t) { inside = a; break; }
+      }
       let cause;
       let by = null;
       let detail = '';
       if (enteredSkipped || victimSkipped) {
         cause = `detector self-test: ${enteredSkipped ? o.tag : insideTag} entered without the lock`;
       } else {
-        const mine = [inside, entry && entry.type === 'A' ? entry : null].filter(Boolean);
+        const mine = [inside, entry].filter(Boolean);
         const direct = removals.filter((x) => x.owner && mine.includes(x.owner) && x.r.t <= o.t + 1 && x.r.tag !== x.owner.tag);
         if (direct.length) {
           const x = direct[direct.length - 1];
