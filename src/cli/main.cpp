@@ -209,6 +209,13 @@ int cmd_run(const args& a, const std::string& path) {
   o.cancel_fds = {signals};
   auto l = ol::lock::acquire(o);
   if (!l) {
+    // CMD, held back at the gate, was killed while we waited: it ends like
+    // any CMD, with its own status.
+    if (auto status = child->ended()) {
+      child->reap();
+      if (!a.quiet) say(a.cmd[0] + " ended before it could start (status " + std::to_string(*status) + ")");
+      return *status;
+    }
     child->abandon();
     if (l.err() == ol::errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
     return acquire_failed(l.err(), a, path, a.busy_exit);
@@ -220,7 +227,11 @@ int cmd_run(const args& a, const std::string& path) {
     return e.code() == std::errc::no_such_file_or_directory ? 127 : 126;
   }
   int status = child->wait_forwarding();
-  if (l->release() == ol::errc::lost && !a.quiet)
+  // Released while CMD is still an unreaped zombie, so no participant ever
+  // sees this lock with a dead holder pid (a v1 runner would reclaim it).
+  ol::error released = l->release();
+  child->reap();
+  if (released == ol::errc::lost && !a.quiet)
     say("the lock " + path + " had been removed or replaced by someone else before " + cmd_name + " ended");
   return status;
 }

@@ -206,18 +206,30 @@ void gated_child::signal(int sig) {
   if (pid_ > 0 && !reaped_) ::kill(static_cast<pid_t>(pid_), sig);
 }
 
+std::optional<int> gated_child::ended() {
+  if (pid_ <= 0 || reaped_) return std::nullopt;
+  siginfo_t info {};
+  int r;
+  do r = ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT);
+  while (r < 0 && errno == EINTR);
+  if (r != 0 || info.si_pid == 0) return std::nullopt;
+  if (info.si_code == CLD_EXITED) return info.si_status;
+  return 128 + info.si_status;
+}
+
+void gated_child::reap() {
+  if (pid_ <= 0 || reaped_) return;
+  int st;
+  while (::waitpid(static_cast<pid_t>(pid_), &st, 0) < 0 && errno == EINTR) {
+  }
+  reaped_ = true;
+}
+
 int gated_child::wait_forwarding() {
   install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
   for (;;) {
-    int st = 0;
-    pid_t r = ::waitpid(static_cast<pid_t>(pid_), &st, WNOHANG);
-    if (r == static_cast<pid_t>(pid_)) {
-      reaped_ = true;
-      if (WIFEXITED(st)) return WEXITSTATUS(st);
-      if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-      return 1;
-    }
-    if (r < 0 && errno != EINTR) return 1;
+    if (auto status = ended()) return *status;
+    if (reaped_) return 1;
     struct pollfd fds[1] = {{g_sig_pipe[0], POLLIN, 0}};
     if (::poll(fds, 1, -1) < 0) continue;
     sig_msg m;

@@ -6,6 +6,7 @@
 #define OFFLOAD_LOCK_SRC_POSIX_PROCESS_HPP
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,8 +38,13 @@ class gated_child {
   // Waits for the child to end, passing on SIGINT, SIGTERM and SIGHUP that
   // were sent to this process (signals a terminal sends to the whole process
   // group already reach the child and are not sent twice). Returns the exit
-  // status, or 128+N when killed by signal N.
+  // status, or 128+N when killed by signal N. The child is left unreaped (a
+  // zombie, which every participant's kill(pid, 0) still sees alive) until
+  // reap(), so the caller can release the lock first.
   int wait_forwarding();
+  // Whether the child has already ended (without reaping it): its status.
+  std::optional<int> ended();
+  void reap();
   // Sends a signal to the child.
   void signal(int sig);
 

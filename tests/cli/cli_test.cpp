@@ -317,6 +317,22 @@ TEST_CASE("cli: a signal while waiting abandons the wait and does not run CMD", 
   CHECK(l->still_held());
 }
 
+TEST_CASE("cli: a CMD killed while run waits makes run exit with CMD's status", "[cli]") {
+  temp_dir d;
+  auto l = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(l);
+  child c(cli_exe(), with_lock(d, {"run", "--busy-exit", "75", "--", "echo", "ran"}));
+  // CMD is forked first and held back until the lock is free: find it.
+  std::string children_file = "/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) + "/children";
+  REQUIRE(eventually([&] { return !read_file(children_file).empty(); }));
+  int cmd = std::stoi(read_file(children_file));
+  REQUIRE(eventually([&] { return c.err_text().find("waiting for") != std::string::npos; }));
+  ::kill(cmd, SIGKILL);
+  CHECK(c.wait() == 128 + SIGKILL);
+  CHECK(c.read_line(0ms) == std::nullopt);
+  CHECK(l->still_held());
+}
+
 TEST_CASE("cli: wait-free", "[cli]") {
   temp_dir d;
   CHECK(run_cli(with_lock(d, {"wait-free", "--wait", "0"})).code == 0);

@@ -64,7 +64,7 @@ struct cli_run_holder {
 
 }  // namespace
 
-TEST_CASE("interop: offload-lock run blocks a v1 Node runner; the Go reader sees the holder", "[interop]") {
+TEST_CASE("interop: offload-lock run blocks a v1 Node runner, and the Go reader sees the holder", "[interop]") {
   temp_dir d;
   cli_run_holder h(d);
   // The Node runner polls once a second; it must still be busy after 1.5 s.
