@@ -9,6 +9,8 @@ rm -rf "$work"
 mkdir -p "$work"
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 test -x "$work/prefix/bin/offload-lock"
+test -f "$work/prefix/share/man/man1/offload-lock.1"
+test -f "$work/prefix/share/bash-completion/completions/offload-lock"
 "$work/prefix/bin/offload-lock" --version
 
 cmake -S "$src/tests/consumer" -B "$work/pkg" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
