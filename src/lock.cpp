@@ -383,7 +383,7 @@ struct held_state {
     return mb && !mb->truncated && parse_meta(mb->bytes).token == token;
   }
 
-  enum class kept { stopped, lost, holder_exited };
+  enum class kept { lost, holder_exited };
 
   // B7 and loss detection: refresh meta.json's mtime well inside the TTL
   // while the lock is still ours, and notice at once (inotify on the lock
@@ -404,8 +404,8 @@ struct held_state {
       std::int64_t timeout = std::max<std::int64_t>(0, next_touch - sys::monotonic_ms());
       if (!dir_watched || (watch_holder && !pid_watched)) timeout = std::min(timeout, kFallbackPollMs);
       switch (w.wait(timeout)) {
-        case sys::watcher::wake::extra_fd: return kept::stopped;
         case sys::watcher::wake::pid_exit: return kept::holder_exited;
+        case sys::watcher::wake::extra_fd:  // none are watched here
         case sys::watcher::wake::dir_event: break;  // re-checked at the top
         case sys::watcher::wake::timeout:
           if (sys::monotonic_ms() >= next_touch) {

@@ -1,7 +1,6 @@
 // The offload-lock command: path, status, acquire, release, run, hold and
 // wait-free over the library, with one fixed exit code per outcome
 // (cli/args.hpp).
-#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -238,9 +237,7 @@ int cmd_run(const args& a, const std::string& path) {
 
 int cmd_hold(const args& a, const std::string& path) {
   ol::lock_options o = options_for(a, path);
-  static std::atomic<bool> lost{false};
   o.on_lost = [path](const ol::error&) {
-    lost = true;
     say("WARNING: the lock " + path + " was removed or replaced by someone else");
   };
   // Signals first (see cmd_run); and a hold whose requester is gone (its

@@ -245,9 +245,8 @@ int gated_child::wait_forwarding() {
 int wait_for_eof_or_signal() {
   install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
   char buf[4096];
-  bool eof = false;
   for (;;) {
-    struct pollfd fds[2] = {{g_sig_pipe[0], POLLIN, 0}, {eof ? -1 : 0, POLLIN, 0}};
+    struct pollfd fds[2] = {{g_sig_pipe[0], POLLIN, 0}, {0, POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) continue;
     if (fds[0].revents & POLLIN) {
       if (int sig = take_signal(); sig == SIGINT || sig == SIGTERM) return sig;
@@ -318,7 +317,5 @@ void write_stderr(const std::string& s) {
     done += static_cast<std::size_t>(n);
   }
 }
-
-bool is_terminal(int fd) { return ::isatty(fd) == 1; }
 
 }  // namespace offload_lock::detail::proc

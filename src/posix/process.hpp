@@ -84,9 +84,6 @@ std::string signal_name(int sig);
 // Writes to stderr without buffering; safe from any thread.
 void write_stderr(const std::string& s);
 
-// True when the descriptor is a terminal.
-bool is_terminal(int fd);
-
 }  // namespace offload_lock::detail::proc
 
 #endif  // OFFLOAD_LOCK_SRC_POSIX_PROCESS_HPP

@@ -351,14 +351,6 @@ std::string random_hex(std::size_t bytes) {
   return out;
 }
 
-unsigned current_umask() {
-  // umask() can only be read by setting it; set it straight back. Racy only
-  // against another thread changing the umask at the same moment.
-  mode_t m = ::umask(022);
-  ::umask(m);
-  return m;
-}
-
 namespace {
 // Parses /proc/<pid>/stat: the state letter and the start time in ticks.
 bool read_proc_stat(std::int64_t pid, char& state, std::uint64_t& ticks) {
@@ -394,27 +386,28 @@ liveness probe(std::int64_t pid) {
 
 std::optional<proc_start> start_of(std::int64_t pid) {
   if (pid <= 0 || pid > INT_MAX) return std::nullopt;
-  // This process's own start never changes: read it once per process (the
-  // cache is keyed by pid, so a forked child reads its own).
+  // This process's own start never changes: its tick count is read once per
+  // process (the cache is keyed by pid, so a forked child reads its own).
   static std::mutex self_mu;
   static std::int64_t self_cached_pid = 0;
-  static proc_start self_cached;
+  static std::uint64_t self_cached_ticks = 0;
   const bool self = pid == ::getpid();
+  std::uint64_t ticks = 0;
+  bool cached = false;
   if (self) {
     std::lock_guard<std::mutex> g(self_mu);
-    if (self_cached_pid == pid) {
-      proc_start out = self_cached;
-      struct timespec boot {};
-      ::clock_gettime(CLOCK_BOOTTIME, &boot);
-      long hz = ::sysconf(_SC_CLK_TCK);
-      if (hz <= 0) hz = 100;
-      out.epoch_ms = now_ms() - (ts_ms(boot) - static_cast<std::int64_t>(out.ticks * 1000 / static_cast<std::uint64_t>(hz)));
-      return out;
+    cached = self_cached_pid == pid;
+    ticks = self_cached_ticks;
+  }
+  if (!cached) {
+    char state = '?';
+    if (!read_proc_stat(pid, state, ticks)) return std::nullopt;
+    if (self) {
+      std::lock_guard<std::mutex> g(self_mu);
+      self_cached_pid = pid;
+      self_cached_ticks = ticks;
     }
   }
-  char state = '?';
-  std::uint64_t ticks = 0;
-  if (!read_proc_stat(pid, state, ticks)) return std::nullopt;
   long hz = ::sysconf(_SC_CLK_TCK);
   if (hz <= 0) hz = 100;
   struct timespec boot {};
@@ -425,17 +418,11 @@ std::optional<proc_start> start_of(std::int64_t pid) {
   proc_start out;
   out.ticks = ticks;
   out.epoch_ms = now_ms() - (ts_ms(boot) - started_boot_ms);
-  if (self) {
-    std::lock_guard<std::mutex> g(self_mu);
-    self_cached_pid = pid;
-    self_cached = out;
-  }
   return out;
 }
 
 std::int64_t self_pid() { return ::getpid(); }
 std::int64_t parent_pid() { return ::getppid(); }
-std::uint32_t self_uid() { return ::geteuid(); }
 
 const std::string& boot_id() {
   static const std::string id = [] {

@@ -121,7 +121,6 @@ void wait_readable(std::initializer_list<int> fds, std::int64_t timeout_ms);
 std::int64_t now_ms();  // wall clock, epoch milliseconds
 std::int64_t monotonic_ms();
 std::string random_hex(std::size_t bytes);
-unsigned current_umask();
 
 // ---- processes ----
 enum class liveness { alive, dead, zombie, invalid };
@@ -137,7 +136,6 @@ struct proc_start {
 std::optional<proc_start> start_of(std::int64_t pid);
 std::int64_t self_pid();
 std::int64_t parent_pid();
-std::uint32_t self_uid();
 const std::string& boot_id();
 const std::string& host_name();
 std::string program_name();
@@ -157,7 +155,6 @@ class watcher {
   watcher(const watcher&) = delete;
   watcher& operator=(const watcher&) = delete;
 
-  bool has_inotify() const { return ino_ >= 0; }
   bool has_pidfd() const { return pidfd_ok_; }
   // Replaces the watched lock directory: its removal or move, seen both on
   // the directory itself and as its name leaving the parent (the kernel
