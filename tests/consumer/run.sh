@@ -17,8 +17,11 @@ cmake -S "$src/tests/consumer" -B "$work/pkg" -G Ninja -DCMAKE_PREFIX_PATH="$wor
 cmake --build "$work/pkg" >/dev/null
 "$work/pkg/consumer" "$work/a.lock"
 LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib/x86_64-linux-gnu" "$work/pkg/consumer_shared" "$work/b.lock"
-# The shared consumer really uses the installed shared library.
-LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib/x86_64-linux-gnu" ldd "$work/pkg/consumer_shared" | grep -q "$work/prefix/.*liboffload_lock.so"
+# The shared consumer really uses the installed shared library. (ldd's
+# output is captured first: with pipefail, `ldd | grep -q` fails whenever
+# grep stops reading before ldd is done writing.)
+libs=$(LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib/x86_64-linux-gnu" ldd "$work/pkg/consumer_shared")
+grep -q "$work/prefix/.*liboffload_lock.so" <<<"$libs"
 
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig:$work/prefix/lib/x86_64-linux-gnu/pkgconfig"
 # shellcheck disable=SC2046
