@@ -17,6 +17,7 @@
 #include "meta.hpp"
 #include "offload_lock/path.hpp"
 #include "posix/sys.hpp"
+#include "waiters.hpp"
 
 namespace offload_lock {
 
@@ -323,33 +324,137 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
   return d;
 }
 
-// Sleeps until the judged state of the lock may have changed: the directory
-// removed or moved, its meta.json written (when incomplete), the holder's
-// death, the verdict's own expiry, or the deadline. Never a busy loop: every
-// path out of here is an event or a timer of at least the fallback period,
-// except expiries the verdict itself named.
-bool wait_for_change(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
-                     std::set<std::int64_t>& dead_seen, std::int64_t deadline_mono, std::int64_t poll_ms,
-                     const std::vector<int>& cancel_fds = {}) {
+// What one acquisition does while it waits for another process: registers
+// in the waiter registry (once, at its first wait) and reports the holders
+// it waits for through on_wait and on_progress.
+struct wait_report {
+  const lock_options& opt;
+  std::string registry_path;  // slot 0's path
+  int gpu = -1, gpus = 1;
+  std::int64_t began_mono = sys::monotonic_ms();
+  std::int64_t began_wall = sys::now_ms();
+  std::unique_ptr<waiter_registration> reg;
+  bool tried_registering = false;
+  std::vector<info> holders;
+  std::vector<std::string> keys;
+  std::int64_t seen_mono = 0, next_tick = -1;
+
+  wait_report(const lock_options& o, std::string base, int g, int n)
+      : opt(o), registry_path(std::move(base)), gpu(g), gpus(n) {}
+
+  static std::string key_of(const info& i) {
+    return i.path + "|" + i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + i.label;
+  }
+
+  // Before each wait, with the holders as just judged.
+  void waiting(std::vector<info> now) {
+    if (!tried_registering && opt.register_waiter) {
+      tried_registering = true;
+      waiter_record r;
+      r.pid = sys::self_pid();
+      r.label = opt.label.empty() ? sys::program_name() : opt.label;
+      r.host = sys::host_name();
+      r.boot_id = sys::boot_id();
+      if (auto ps = sys::start_of(r.pid)) r.proc_ticks = ps->ticks;
+      r.since = began_wall;
+      r.gpu = gpu;
+      r.gpus = gpus;
+      reg = waiter_registration::add(registry_path, r);
+    }
+    std::vector<std::string> now_keys;
+    bool changed = now.size() != keys.size();
+    for (std::size_t k = 0; k < now.size(); ++k) {
+      now_keys.push_back(key_of(now[k]));
+      if (k >= keys.size() || keys[k] != now_keys[k]) {
+        changed = true;
+        if (opt.on_wait) opt.on_wait(now[k]);
+      }
+    }
+    keys = std::move(now_keys);
+    holders = std::move(now);
+    seen_mono = sys::monotonic_ms();
+    if (next_tick < 0 && opt.progress_every.count() > 0) next_tick = seen_mono + opt.progress_every.count();
+    if (changed) report(true);
+  }
+
+  void report(bool changed) {
+    if (!opt.on_progress) return;
+    wait_progress p;
+    p.holders = holders;
+    const std::int64_t now = sys::monotonic_ms();
+    for (auto& h : p.holders)
+      if (h.present) {
+        h.held_for += milliseconds(now - seen_mono);
+        h.age += milliseconds(now - seen_mono);
+      }
+    p.waited = milliseconds(now - began_mono);
+    p.changed = changed;
+    opt.on_progress(p);
+  }
+
+  // Milliseconds until the next periodic report; -1 when there is none.
+  std::int64_t tick_in() const {
+    if (next_tick < 0 || !opt.on_progress) return -1;
+    return std::max<std::int64_t>(0, next_tick - sys::monotonic_ms());
+  }
+
+  // Waits with `wait_fn(timeout)` for at most `timeout` (negative: no
+  // limit), reporting progress at each tick on the way.
+  template <typename F>
+  sys::watcher::wake wait_ticking(std::int64_t timeout, F wait_fn) {
+    const std::int64_t end = timeout < 0 ? -1 : sys::monotonic_ms() + timeout;
+    for (;;) {
+      std::int64_t t = end < 0 ? -1 : std::max<std::int64_t>(0, end - sys::monotonic_ms());
+      const std::int64_t tick = tick_in();
+      const bool ticking = tick >= 0 && (t < 0 || tick < t);
+      if (ticking) t = tick;
+      auto why = wait_fn(t);
+      if (why != sys::watcher::wake::timeout || !ticking) return why;
+      next_tick = sys::monotonic_ms() + opt.progress_every.count();
+      report(false);
+    }
+  }
+};
+
+// Prepares `w` to wake when the judged state of the lock may change: the
+// directory removed or moved, its meta.json written (when incomplete), the
+// holder's death. Returns how long a wait may last before a re-check is
+// due (the verdict's own expiry, or the fallback period where something
+// cannot be watched), or nullopt when the state has changed already.
+std::optional<std::int64_t> arm(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
+                                std::set<std::int64_t>& dead_seen, std::int64_t poll_ms) {
   bool dir_watched = w.watch_dir(t.path, v.incomplete);
   // The directory may have been replaced between the look and the watch.
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
-  if (!st || st->id != s.id) return true;
+  if (!st || st->id != s.id) return std::nullopt;
   bool pid_watched = false;
   if (v.holder_pid > 0 && !dead_seen.count(v.holder_pid)) {
     pid_watched = w.watch_pid(v.holder_pid);
     // pidfd_open fails with ESRCH when the holder died just now.
-    if (!pid_watched && w.has_pidfd() && sys::probe(v.holder_pid) == sys::liveness::dead) return true;
+    if (!pid_watched && w.has_pidfd() && sys::probe(v.holder_pid) == sys::liveness::dead) return std::nullopt;
   } else {
     w.unwatch_pid();
   }
-  std::int64_t now_mono = sys::monotonic_ms();
   std::int64_t timeout = kSafetyRecheckMs;
   if (!dir_watched || (v.holder_pid > 0 && !pid_watched && !dead_seen.count(v.holder_pid)))
     timeout = poll_ms;
   if (v.changes_at_ms > 0) timeout = std::min(timeout, std::max<std::int64_t>(1, v.changes_at_ms - sys::now_ms()));
-  if (deadline_mono >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline_mono - now_mono));
-  auto why = w.wait(timeout, cancel_fds);
+  return timeout;
+}
+
+// Sleeps until the judged state of the lock may have changed (see arm) or
+// the deadline. Never a busy loop: every path out of here is an event or a
+// timer of at least the fallback period, except expiries the verdict itself
+// named. False when one of cancel_fds woke it.
+bool wait_for_change(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
+                     std::set<std::int64_t>& dead_seen, std::int64_t deadline_mono, std::int64_t poll_ms,
+                     const std::vector<int>& cancel_fds = {}, wait_report* rep = nullptr) {
+  auto armed = arm(w, t, s, v, dead_seen, poll_ms);
+  if (!armed) return true;
+  std::int64_t timeout = *armed;
+  if (deadline_mono >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline_mono - sys::monotonic_ms()));
+  auto why = rep ? rep->wait_ticking(timeout, [&](std::int64_t ms) { return w.wait(ms, cancel_fds); })
+                 : w.wait(timeout, cancel_fds);
   if (why == sys::watcher::wake::pid_exit) dead_seen.insert(v.holder_pid);
   return why != sys::watcher::wake::extra_fd;
 }
@@ -608,10 +713,11 @@ struct handle {
   std::shared_ptr<local_gate> gate;
   bool outermost = false;
   bool released = false;
+  int gpu = 0;
 };
 
 result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& opt, meta_record rec,
-                                                  std::int64_t deadline) {
+                                                  std::int64_t deadline, wait_report* rep) {
   const std::string path = t.path;
   const process_view pv = process_view::real();
   const std::int64_t ttl = opt.ttl.count(), grace = opt.grace.count();
@@ -619,7 +725,6 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
 
   std::unique_ptr<sys::watcher> w;
   std::set<std::int64_t> dead_seen;
-  std::string last_reported;
   int rounds_without_wait = 0;
   for (;;) {
     // Every round that ends without a wait means another participant changed
@@ -675,14 +780,10 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
     rounds_without_wait = 0;
     if (opt.wait.count() <= 0) return error(errc::busy, path);
     if (deadline >= 0 && sys::monotonic_ms() >= deadline) return error(errc::timed_out, path);
-    std::string who = d->i.token + "|" + std::to_string(d->i.pid.value_or(0)) + "|" + d->i.label;
-    if (who != last_reported) {
-      last_reported = who;
-      if (opt.on_wait) opt.on_wait(d->i);
-    }
+    if (rep) rep->waiting({d->i});
     if (!w) w = std::make_unique<sys::watcher>();
     d->o.dir.reset();
-    if (!wait_for_change(*w, t, d->o.snap, v, dead_seen, deadline, kFallbackPollMs, opt.cancel_fds))
+    if (!wait_for_change(*w, t, d->o.snap, v, dead_seen, deadline, kFallbackPollMs, opt.cancel_fds, rep))
       return error(errc::cancelled, path);
   }
 }
@@ -725,6 +826,7 @@ const std::string& lock::token() const {
   return h_->gate->held ? h_->gate->held->token : h_->gate->inherited_token;
 }
 const std::string& lock::meta_json() const { return h_ && h_->gate->held ? h_->gate->held->meta : kEmpty; }
+int lock::gpu() const noexcept { return h_ ? h_->gpu : 0; }
 std::int64_t lock::pid() const { return h_ && h_->gate->held ? h_->gate->held->pid : 0; }
 bool lock::nested() const noexcept { return h_ && !h_->outermost; }
 bool lock::inherited() const noexcept { return h_ && h_->outermost && !h_->gate->held && !h_->gate->inherited_token.empty(); }
@@ -793,8 +895,16 @@ result<lock> lock::acquire(const std::string& path, milliseconds wait) {
   return acquire(o);
 }
 
-result<lock> lock::acquire(const lock_options& opt) {
-  std::string path = opt.path.empty() ? resolve_path().path : opt.path;
+namespace detail {
+struct acquirer {
+  static result<lock> acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep);
+  static result<lock> acquire_any(const lock_options& opt, const std::string& base);
+};
+}  // namespace detail
+
+// One slot's lock: the in-process queue (B10), a claim passed down (B11),
+// then the file claim.
+result<lock> acquirer::acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep) {
   auto tr = open_target(path);
   if (!tr) return tr.err();
   if (opt.pid < 0) return error(errc::bad_input, "holder pid " + std::to_string(opt.pid));
@@ -823,7 +933,7 @@ result<lock> lock::acquire(const lock_options& opt) {
   // B10: a nested acquisition on the thread that holds the lock passes straight through.
   if (gate->owned && gate->owner == std::this_thread::get_id()) {
     ++gate->depth;
-    return lock(std::make_unique<handle>(handle{gate, false, false}));
+    return lock(std::make_unique<handle>(handle{gate, false, false, gpu}));
   }
   // Otherwise queue behind the other threads of this process, in arrival order.
   const std::uint64_t ticket = gate->next_ticket++;
@@ -859,14 +969,114 @@ result<lock> lock::acquire(const lock_options& opt) {
     if (auto token = inherited_token(*tr, opt.ttl.count(), opt.grace.count())) {
       std::lock_guard<std::mutex> guard(gate->mu);
       gate->inherited_token = *token;
-      return lock(std::make_unique<handle>(handle{gate, true, false}));
+      return lock(std::make_unique<handle>(handle{gate, true, false, gpu}));
     }
   }
-  auto held = acquire_file(std::move(*tr), opt, std::move(rec), deadline);
+  auto held = acquire_file(std::move(*tr), opt, std::move(rec), deadline, rep);
   if (!held) return give_up(held.err());
   std::lock_guard<std::mutex> guard(gate->mu);
   gate->held = std::move(*held);
-  return lock(std::make_unique<handle>(handle{gate, true, false}));
+  return lock(std::make_unique<handle>(handle{gate, true, false, gpu}));
+}
+
+result<lock> lock::acquire(const lock_options& opt) {
+  const std::string base = opt.path.empty() ? resolve_path().path : opt.path;
+  if (opt.gpus < 1 || opt.gpus > max_gpus)
+    return error(errc::bad_input, "GPU count " + std::to_string(opt.gpus) + " (1 to " + std::to_string(max_gpus) + ")");
+  if (opt.gpu >= max_gpus || (opt.gpus > 1 && opt.gpu >= opt.gpus))
+    return error(errc::bad_input, "GPU slot " + std::to_string(opt.gpu) + " of " + std::to_string(opt.gpus));
+  if (opt.gpus == 1 || opt.gpu >= 0) {
+    const int k = std::max(0, opt.gpu);
+    wait_report rep(opt, base, opt.gpu, opt.gpus);
+    return acquirer::acquire_slot(opt, gpu_slot_path(base, k), k, &rep);
+  }
+  return acquirer::acquire_any(opt, base);
+}
+
+// The first free of N slots: each round tries every slot once (wait 0),
+// then waits for a change at any of them, on one poll over a watcher per slot.
+result<lock> acquirer::acquire_any(const lock_options& opt, const std::string& base) {
+  const int n = opt.gpus;
+  const std::int64_t deadline =
+      opt.wait == wait_forever ? -1 : sys::monotonic_ms() + std::max<std::int64_t>(0, opt.wait.count());
+  // Started under one of these slots (B11): try that one first, so the
+  // claim passes through rather than taking a second GPU.
+  std::vector<int> order;
+  if (auto env_path = sys::get_env("OFFLOAD_LOCK_PATH"); env_path && opt.inherit)
+    for (int k = 0; k < n; ++k)
+      if (clean_path(*env_path) == clean_path(gpu_slot_path(base, k))) order.push_back(k);
+  for (int k = 0; k < n; ++k)
+    if (order.empty() || order.front() != k) order.push_back(k);
+
+  wait_report rep(opt, base, -1, n);
+  std::vector<std::unique_ptr<sys::watcher>> ws(static_cast<std::size_t>(n));
+  std::vector<std::set<std::int64_t>> dead_seen(static_cast<std::size_t>(n));
+  const process_view pv = process_view::real();
+  int rounds_without_wait = 0;
+  for (;;) {
+    lock_options once = opt;
+    once.wait = milliseconds(0);
+    for (int k : order) {
+      auto l = acquire_slot(once, gpu_slot_path(base, k), k, nullptr);
+      if (l) return l;
+      if (l.err() != errc::busy) return l.err();
+    }
+    if (opt.wait.count() <= 0) return error(errc::busy, base);
+    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return error(errc::timed_out, base);
+
+    // Judge every slot and arm its watcher; any slot that changed meanwhile
+    // means another round at once.
+    std::vector<info> holders;
+    std::vector<std::int64_t> holder_pids(static_cast<std::size_t>(n), 0);
+    std::int64_t timeout = -1;
+    bool changed = false;
+    for (int k = 0; k < n && !changed; ++k) {
+      auto t = open_target(gpu_slot_path(base, k));
+      if (!t) return t.err();
+      auto d = inspect_target(*t, opt.ttl.count(), opt.grace.count(), pv);
+      if (!d) return d.err();
+      if (!d->o.snap.present) {
+        changed = true;
+        break;
+      }
+      auto& w = ws[static_cast<std::size_t>(k)];
+      if (!w) w = std::make_unique<sys::watcher>();
+      d->o.dir.reset();
+      auto armed = arm(*w, *t, d->o.snap, d->v, dead_seen[static_cast<std::size_t>(k)], kFallbackPollMs);
+      if (!armed) {
+        changed = true;
+        break;
+      }
+      holder_pids[static_cast<std::size_t>(k)] = d->v.holder_pid;
+      timeout = timeout < 0 ? *armed : std::min(timeout, *armed);
+      holders.push_back(d->i);
+    }
+    if (changed) {
+      // As in acquire_file: rounds that keep being undone pause rather than spin.
+      if (++rounds_without_wait >= kRoundsBeforePause) {
+        std::this_thread::sleep_for(milliseconds(kChurnPauseMs));
+        rounds_without_wait = 0;
+      }
+      continue;
+    }
+    rounds_without_wait = 0;
+    rep.waiting(std::move(holders));
+    if (deadline >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
+    std::vector<sys::watcher*> ptrs;
+    for (auto& w : ws) ptrs.push_back(w.get());
+    std::size_t which = 0;
+    auto why = rep.wait_ticking(timeout, [&](std::int64_t ms) {
+      return sys::watcher::wait_any(ptrs, ms, opt.cancel_fds, which);
+    });
+    if (why == sys::watcher::wake::extra_fd) return error(errc::cancelled, base);
+    if (why == sys::watcher::wake::pid_exit) dead_seen[which].insert(holder_pids[which]);
+  }
+}
+
+std::vector<waiter> waiters(const std::string& path) { return read_waiters(path, sys::now_ms()); }
+
+std::string gpu_slot_path(const std::string& path, int gpu) {
+  return gpu <= 0 ? path : path + ".gpu" + std::to_string(gpu);
 }
 
 info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {

@@ -66,6 +66,38 @@ info inspect(const std::string& path, milliseconds ttl = default_ttl,
 info wait_free(const std::string& path, milliseconds wait, milliseconds poll = std::chrono::seconds(1),
                milliseconds ttl = default_ttl);
 
+// One process waiting for the lock, from the waiter registry: every
+// offload-lock process that waits registers itself in a directory next to
+// the lock (`.<name>.waiters`) until it stops waiting.
+struct waiter {
+  std::int64_t pid = 0;    // the waiting process
+  std::string label, host;
+  std::int64_t since = 0;  // when its wait began, epoch ms
+  milliseconds waited{0};  // now - since
+  int gpu = -1;            // the GPU slot it asked for; -1: the first free of `gpus`
+  int gpus = 1;            // how many slots it waits among
+};
+
+// The processes waiting for the lock at `path` (slot 0's path when there are
+// several GPU slots), oldest first. Entries whose process is gone (dead, a
+// zombie, its pid reused, or from before a reboot) are left out. Never
+// blocks; an unreadable registry reads as no waiters.
+std::vector<waiter> waiters(const std::string& path);
+
+// The lock path of GPU slot `gpu`: slot 0 is `path` itself (so single-GPU
+// participants keep contending on GPU 0), slot k the sibling `path.gpu<k>`.
+std::string gpu_slot_path(const std::string& path, int gpu);
+
+// The most GPU slots one lock can have.
+inline constexpr int max_gpus = 1024;
+
+// What a waiting acquisition reports through lock_options::on_progress.
+struct wait_progress {
+  std::vector<info> holders;  // the lock, or each GPU slot waited for, as last seen
+  milliseconds waited{0};     // since this acquisition began
+  bool changed = false;       // a holder differs from the previous report
+};
+
 struct lock_options {
   std::string path;              // empty: resolve_path().path
   milliseconds wait = wait_forever;  // 0: try once; otherwise how long to wait
@@ -92,12 +124,30 @@ struct lock_options {
   // Called from the waiting thread each time the holder being waited for
   // changes (and once at the start of a wait). Must not throw.
   std::function<void(const info&)> on_wait;
+  // Called from the waiting thread while it waits for another process: when
+  // a holder changes (changed = true), and every `progress_every` besides
+  // when that is above 0 (for a status line that shows the time passing).
+  // Must not throw.
+  std::function<void(const wait_progress&)> on_progress;
+  milliseconds progress_every{0};
+  // Several GPUs: with gpus = N > 1 the acquisition takes the first free of
+  // N slots (gpu_slot_path(path, k) for k in 0..N-1) and waits for whichever
+  // frees first; with gpu = K >= 0 it takes slot K only. lock::gpu() says
+  // which slot is held.
+  int gpus = 1;
+  int gpu = -1;
+  // Register in the waiter registry while waiting, so `status` and
+  // waiters() list this process.
+  bool register_waiter = true;
   // Called from the heartbeat thread when the lock turns out to have been
   // removed or replaced by someone else. Must not throw.
   std::function<void(const error&)> on_lost;
 };
 
-namespace detail { struct handle; }
+namespace detail {
+struct handle;
+struct acquirer;
+}  // namespace detail
 
 // A held lock. Move-only; the destructor releases it (errors ignored). One
 // lock object is used by one thread at a time; its heartbeat runs on a
@@ -165,6 +215,8 @@ class lock {
   void detach() noexcept;
 
   const std::string& path() const;
+  // The GPU slot held (0 unless lock_options::gpus or gpu chose another).
+  int gpu() const noexcept;
   const std::string& token() const;
   std::int64_t pid() const;
   // The exact bytes written to meta.json.
@@ -172,6 +224,7 @@ class lock {
 
  private:
   explicit lock(std::unique_ptr<detail::handle> h) noexcept;
+  friend struct detail::acquirer;
   std::unique_ptr<detail::handle> h_;
 };
 

@@ -38,22 +38,30 @@ const std::map<std::string, std::string>& helps() {
        "  --explain  also say which rule chose it, and the path Go readers use when it differs\n"
        "             (Go reads only $TMPDIR).\n"},
       {"status",
-       "offload-lock status\n"
-       "  Show who holds the lock. Exit 0 when held, 1 when free. With --json, one object:\n"
-       "  path, held, pid, startedAt, heldForMs, label, host, token, stale.\n"},
+       "offload-lock status [--watch] [--prometheus] [--gpus N|auto | --gpu K]\n"
+       "  Show who holds the lock and who waits for it: one line for the holder, one per waiting\n"
+       "  offload-lock process (oldest first). Exit 0 when held (every slot held, with several\n"
+       "  GPUs), 1 when free. With --json, one object: path, held, pid, startedAt, heldForMs,\n"
+       "  label, host, token, stale, ownerUid, slots (one such object per GPU slot) and waiters\n"
+       "  (pid, label, host, since, waitedMs, gpu, gpus).\n"
+       "  --watch       redraw whenever the holder or the queue changes, until interrupted\n"
+       "  --prometheus  print the node_exporter textfile-collector format instead (exit 0)\n"
+       "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
       {"acquire",
-       "offload-lock acquire [--wait DUR] [--pid PID] [--label TEXT]\n"
+       "offload-lock acquire [--wait DUR] [--remind DUR] [--pid PID] [--label TEXT] [--gpus N|auto | --gpu K]\n"
        "  Take the lock on behalf of PID (default: the calling process's parent, so a script or\n"
        "  Node runner calling this command is the recorded holder) and print its token. The lock\n"
        "  stays held after this command exits; a background keeper refreshes it while PID lives\n"
-       "  and releases it when PID exits. Exit 0 taken, 1 busy when --wait ends (default forever).\n"},
+       "  and releases it when PID exits. Exit 0 taken, 1 busy when --wait ends (default forever).\n"
+       "  With --gpus or --gpu it prints the token and the slot taken: TOKEN K.\n"},
       {"release",
-       "offload-lock release [--pid PID | --token TOKEN] [--force]\n"
+       "offload-lock release [--pid PID | --token TOKEN] [--force] [--gpus N|auto | --gpu K]\n"
        "  Remove the lock only if that holder holds it (default: --pid of the calling process's\n"
        "  parent). Exit 0 released or already free, 3 held by someone else. --force removes it\n"
-       "  anyway and says whose it was.\n"},
+       "  anyway and says whose it was. With --gpus N, the slot among 0..N-1 held by that holder.\n"},
       {"run",
-       "offload-lock run [--wait DUR] [--label TEXT] [--busy-exit N] [--on-lost warn|term] -- CMD [ARG...]\n"
+       "offload-lock run [--wait DUR] [--remind DUR] [--label TEXT] [--busy-exit N] [--on-lost warn|term]\n"
+       "                 [--gpus N|auto | --gpu K] -- CMD [ARG...]\n"
        "  Hold the lock while CMD runs and exit with CMD's status (128+N when killed by signal N).\n"
        "  CMD's pid is the recorded holder, so the lock stays held while CMD lives even if\n"
        "  offload-lock itself is killed. SIGINT, SIGTERM and SIGHUP sent to offload-lock go to CMD.\n"
@@ -61,12 +69,13 @@ const std::map<std::string, std::string>& helps() {
        "  inside it pass straight through instead of waiting on their own parent.\n"
        "  If someone else removes or replaces the lock while CMD runs, offload-lock says so on\n"
        "  stderr; with --on-lost term it also sends CMD SIGTERM.\n"
-       "  Exit 1 (or N with --busy-exit) when still busy after --wait.\n"},
+       "  Exit 1 (or N with --busy-exit) when still busy after --wait. With --gpus or --gpu, CMD\n"
+       "  also sees CUDA_VISIBLE_DEVICES naming the GPU of the slot taken.\n"},
       {"hold",
-       "offload-lock hold [--wait DUR] [--label TEXT]\n"
+       "offload-lock hold [--wait DUR] [--remind DUR] [--label TEXT] [--gpus N|auto | --gpu K]\n"
        "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
        "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
-       "  --wait, 5 when the lock was taken from it meanwhile.\n"},
+       "  --wait, 5 when the lock was taken from it meanwhile. The json has the slot as \"gpu\".\n"},
       {"wait-free",
        "offload-lock wait-free [--wait DUR] [--poll DUR]\n"
        "  Exit 0 as soon as the lock is free, 1 if still held when --wait ends. Wakes on the lock's\n"
@@ -177,6 +186,29 @@ std::optional<std::string> parse(const std::vector<std::string>& argv, args& out
     } else if (a == "--label" && allowed({"acquire", "run", "hold"})) {
       if (auto e = value(a, out.label)) return e;
       if (out.label.size() > 1024) return std::string("--label is longer than 1024 bytes");
+    } else if (a == "--gpus" && allowed({"acquire", "run", "hold", "status", "release"})) {
+      std::string v;
+      if (auto e = value(a, v)) return e;
+      if (v == "auto") {
+        out.gpus_auto = true;
+      } else {
+        if (!all_digits(v) || v.size() > 4 || std::stoi(v) < 1 || std::stoi(v) > 1024)
+          return "invalid GPU count for --gpus: '" + v + "' (1 to 1024, or auto)";
+        out.gpus = std::stoi(v);
+        out.gpus_auto = false;
+      }
+    } else if (a == "--gpu" && allowed({"acquire", "run", "hold", "status", "release"})) {
+      std::string v;
+      if (auto e = value(a, v)) return e;
+      if (!all_digits(v) || v.size() > 4 || std::stoi(v) > 1023)
+        return "invalid GPU slot for --gpu: '" + v + "' (0 to 1023)";
+      out.gpu = std::stoi(v);
+    } else if (a == "--remind" && allowed({"acquire", "run", "hold"})) {
+      if (auto e = duration(a, out.remind)) return e;
+    } else if (a == "--watch" && allowed({"status"})) {
+      out.watch = true;
+    } else if (a == "--prometheus" && allowed({"status"})) {
+      out.prometheus = true;
     } else if (a == "--busy-exit" && allowed({"run"})) {
       std::string v;
       if (auto e = value(a, v)) return e;
@@ -199,6 +231,11 @@ std::optional<std::string> parse(const std::vector<std::string>& argv, args& out
   if (cmd.empty()) return std::string("no command given (see offload-lock --help)");
   if (cmd == "run" && out.cmd.empty()) return std::string("run needs a command: offload-lock run -- CMD [ARG...]");
   if (out.pid && !out.token.empty()) return std::string("release takes --pid or --token, not both");
+  if (out.gpu >= 0 && !out.gpus_auto && out.gpus > 1 && out.gpu >= out.gpus)
+    return "--gpu " + std::to_string(out.gpu) + " is not among the " + std::to_string(out.gpus) +
+           " slots of --gpus (0 to " + std::to_string(out.gpus - 1) + ")";
+  if (out.watch && out.prometheus) return std::string("status takes --watch or --prometheus, not both");
+  if (out.json && out.prometheus) return std::string("status takes --json or --prometheus, not both");
   return std::nullopt;
 }
 
@@ -221,6 +258,14 @@ std::string usage() {
       "\n"
       "DUR: 0, seconds as a number (fractions allowed), a number with ms, s, m or h, or forever.\n"
       "--wait defaults to forever.\n"
+      "\n"
+      "while acquire, run and hold wait, stderr shows who holds the lock: on a terminal one line\n"
+      "kept up to date in place; otherwise a line each time the holder changes and a reminder\n"
+      "every --remind DUR (default 1m; 0: none). --quiet silences both.\n"
+      "\n"
+      "several GPUs: --gpus N (or auto: counted from /proc/driver/nvidia/gpus or nvidia-smi -L)\n"
+      "takes the first free of N slots, slot 0 being the lock path itself and slot K the path\n"
+      "with the suffix .gpuK; --gpu K takes slot K only.\n"
       "\n"
       "exit codes: 0 ok, 1 busy (status: free; wait-free: still held), 2 usage error,\n"
       "            3 not the owner, 4 system error, 5 lock lost; run exits with CMD's status.\n";

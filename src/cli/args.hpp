@@ -41,6 +41,13 @@ struct args {
   int busy_exit = exit_busy;                  // run
   bool on_lost_term = false;                  // run --on-lost term
   std::vector<std::string> cmd;               // run
+  // several GPUs: --gpus N|auto (gpus_auto), --gpu K
+  int gpus = 1;
+  bool gpus_auto = false;
+  int gpu = -1;
+  bool watch = false;                         // status --watch
+  bool prometheus = false;                    // status --prometheus
+  std::chrono::milliseconds remind = std::chrono::minutes(1);  // waiting off a terminal
 };
 
 // Parses a DUR: "0", seconds as a decimal number (fractions allowed), a

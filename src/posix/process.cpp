@@ -7,7 +7,10 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -83,25 +86,32 @@ int take_signal() {
   return 0;
 }
 
-result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv,
-                                            const std::vector<std::pair<std::string, std::string>>& env) {
+result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv, const env_list& env,
+                                            const std::vector<env_list>& variants) {
   if (argv.empty()) return error(errc::bad_input, "no command to run");
   // Everything the child needs is built before fork: after it, only
-  // async-signal-safe calls.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; e && *e; ++e) {
-    std::string s(*e);
-    bool replaced = false;
-    for (const auto& kv : env)
-      if (s.compare(0, kv.first.size() + 1, kv.first + "=") == 0) replaced = true;
-    if (!replaced) env_strings.push_back(std::move(s));
+  // async-signal-safe calls. One environment per variant (the first without one).
+  std::vector<std::vector<std::string>> env_strings(variants.size() + 1);
+  for (std::size_t v = 0; v <= variants.size(); ++v) {
+    env_list all = env;
+    if (v > 0) all.insert(all.end(), variants[v - 1].begin(), variants[v - 1].end());
+    for (char** e = environ; e && *e; ++e) {
+      std::string s(*e);
+      bool replaced = false;
+      for (const auto& kv : all)
+        if (s.compare(0, kv.first.size() + 1, kv.first + "=") == 0) replaced = true;
+      if (!replaced) env_strings[v].push_back(std::move(s));
+    }
+    for (const auto& kv : all) env_strings[v].push_back(kv.first + "=" + kv.second);
   }
-  for (const auto& kv : env) env_strings.push_back(kv.first + "=" + kv.second);
-  std::vector<char*> cargv, cenv;
+  std::vector<char*> cargv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
-  for (auto& s : env_strings) cenv.push_back(s.data());
-  cenv.push_back(nullptr);
+  std::vector<std::vector<char*>> cenvs(env_strings.size());
+  for (std::size_t v = 0; v < env_strings.size(); ++v) {
+    for (auto& s : env_strings[v]) cenvs[v].push_back(s.data());
+    cenvs[v].push_back(nullptr);
+  }
 
   int gate[2], report[2];
   if (::pipe2(gate, O_CLOEXEC) != 0) return sys::sys_error(errno, "pipe", "for " + argv[0]);
@@ -120,12 +130,13 @@ result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv
   if (pid == 0) {
     ::close(gate[1]);
     ::close(report[0]);
-    char go = 0;
+    int go = -1;  // the environment variant to start with, +1
     ssize_t n;
-    do n = ::read(gate[0], &go, 1);
+    do n = ::read(gate[0], &go, sizeof go);
     while (n < 0 && errno == EINTR);
-    if (n != 1) ::_exit(127);
-    ::execvpe(cargv[0], cargv.data(), cenv.data());
+    if (n != static_cast<ssize_t>(sizeof go)) ::_exit(127);
+    std::size_t v = go > 0 && static_cast<std::size_t>(go) < cenvs.size() ? static_cast<std::size_t>(go) : 0;
+    ::execvpe(cargv[0], cargv.data(), cenvs[v].data());
     int e = errno;
     ssize_t w = ::write(report[1], &e, sizeof e);
     (void)w;
@@ -152,7 +163,7 @@ gated_child::~gated_child() {
   close_fd(report_);
 }
 
-error gated_child::start() {
+error gated_child::start(int variant) {
   // Handlers first: a signal that arrives as soon as CMD runs waits in the
   // self-pipe and is passed on by wait_forwarding().
   install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
@@ -162,9 +173,9 @@ error gated_child::start() {
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   ::sigaction(SIGPIPE, &ignore, &old);
-  char go = 1;
+  int go = variant + 1;
   ssize_t w;
-  do w = ::write(gate_, &go, 1);
+  do w = ::write(gate_, &go, sizeof go);
   while (w < 0 && errno == EINTR);
   int write_errno = w < 0 ? errno : 0;
   ::sigaction(SIGPIPE, &old, nullptr);
@@ -316,6 +327,72 @@ void write_stderr(const std::string& s) {
     }
     done += static_cast<std::size_t>(n);
   }
+}
+
+int terminal_width(int fd) {
+  if (!::isatty(fd)) return 0;
+  struct winsize ws {};
+  if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 80;
+}
+
+change_feed::change_feed() {
+  if (!std::getenv("OFFLOAD_LOCK_NO_INOTIFY")) ino_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+}
+
+change_feed::~change_feed() {
+  for (int f : pidfds_) ::close(f);
+  if (ino_ >= 0) ::close(ino_);
+}
+
+bool change_feed::arm(const std::vector<std::string>& dirs, const std::vector<std::int64_t>& pids) {
+  bool complete = true;
+  for (int f : pidfds_) ::close(f);
+  pidfds_.clear();
+  if (ino_ >= 0) {
+    for (int wd : wds_) ::inotify_rm_watch(ino_, wd);
+    wds_.clear();
+    for (const auto& d : dirs) {
+      int wd = ::inotify_add_watch(ino_, d.c_str(),
+                                   IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |
+                                       IN_MOVE_SELF | IN_CLOSE_WRITE | IN_ONLYDIR | IN_DONT_FOLLOW);
+      if (wd >= 0) wds_.push_back(wd);
+    }
+  } else {
+    complete = false;
+  }
+  for (std::int64_t pid : pids) {
+    long f = -1;
+#ifdef SYS_pidfd_open
+    if (!std::getenv("OFFLOAD_LOCK_NO_PIDFD")) f = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
+#endif
+    if (f >= 0) {
+      ::fcntl(static_cast<int>(f), F_SETFD, FD_CLOEXEC);
+      pidfds_.push_back(static_cast<int>(f));
+    } else if (errno != ESRCH) {
+      complete = false;
+    }
+  }
+  return complete;
+}
+
+bool change_feed::wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds) {
+  std::vector<struct pollfd> fds;
+  for (int f : extra_fds) fds.push_back({f, POLLIN, 0});
+  if (ino_ >= 0) fds.push_back({ino_, POLLIN, 0});
+  for (int f : pidfds_) fds.push_back({f, POLLIN, 0});
+  int t = timeout_ms < 0 ? -1 : timeout_ms > 3'600'000 ? 3'600'000 : static_cast<int>(timeout_ms);
+  int r;
+  do r = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), t);
+  while (r < 0 && errno == EINTR);
+  for (std::size_t i = 0; i < extra_fds.size(); ++i)
+    if (fds[i].revents) return false;
+  if (ino_ >= 0) {
+    char buf[4096];
+    while (::read(ino_, buf, sizeof buf) > 0) {
+    }
+  }
+  return true;
 }
 
 }  // namespace offload_lock::detail::proc

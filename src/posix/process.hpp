@@ -17,11 +17,14 @@ namespace offload_lock::detail::proc {
 
 class gated_child {
  public:
+  using env_list = std::vector<std::pair<std::string, std::string>>;
   // Forks now; the child waits, then execs argv (PATH searched) with the
-  // current environment plus `env`. It exits 127 without exec'ing if this
-  // process goes away or calls abandon().
-  static result<gated_child> fork_gated(const std::vector<std::string>& argv,
-                                        const std::vector<std::pair<std::string, std::string>>& env);
+  // current environment plus `env`, plus variants[k] when start(k) picks
+  // one (the environment of each GPU slot, known only once one is taken).
+  // It exits 127 without exec'ing if this process goes away or calls
+  // abandon().
+  static result<gated_child> fork_gated(const std::vector<std::string>& argv, const env_list& env,
+                                        const std::vector<env_list>& variants = {});
   gated_child(gated_child&&) noexcept;
   gated_child& operator=(gated_child&&) = delete;
   ~gated_child();
@@ -29,7 +32,7 @@ class gated_child {
   std::int64_t pid() const { return pid_; }
   // Lets the child exec. Returns the exec failure (ENOENT, EACCES, ...) if
   // it could not, after reaping it.
-  error start();
+  error start(int variant = -1);
   void abandon();
   // When start() failed because the child had already ended (killed while
   // it waited at the gate): its status, 128+N for signal N. -1 otherwise.
@@ -83,6 +86,32 @@ std::string signal_name(int sig);
 
 // Writes to stderr without buffering; safe from any thread.
 void write_stderr(const std::string& s);
+
+// The width of the terminal on `fd` in columns; 0 when `fd` is not a terminal.
+int terminal_width(int fd);
+
+// What `status --watch` waits on: entries created, removed or renamed in
+// the watched directories, and the exit of the watched processes. Cheap to
+// re-arm: directories and processes are replaced at every arm().
+class change_feed {
+ public:
+  change_feed();
+  ~change_feed();
+  change_feed(const change_feed&) = delete;
+  change_feed& operator=(const change_feed&) = delete;
+  // Watches exactly these directories (missing ones are skipped) and these
+  // processes (gone ones are skipped). False when something asked for
+  // cannot be watched (no inotify or pidfd): the caller re-checks on a timer.
+  bool arm(const std::vector<std::string>& dirs, const std::vector<std::int64_t>& pids);
+  // Waits for a change, the timeout (negative: none) or a readable extra
+  // descriptor. False when an extra descriptor woke it.
+  bool wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds);
+
+ private:
+  int ino_ = -1;
+  std::vector<int> wds_;
+  std::vector<int> pidfds_;
+};
 
 }  // namespace offload_lock::detail::proc
 

@@ -51,6 +51,7 @@ stat_info from_stat(const struct stat& s) {
   i.is_regular = S_ISREG(s.st_mode);
   i.is_symlink = S_ISLNK(s.st_mode);
   i.uid = s.st_uid;
+  i.mode = s.st_mode & 07777;
   i.mtime_ms = ts_ms(s.st_mtim);
   i.size = s.st_size;
   return i;
@@ -161,6 +162,11 @@ result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t 
 error mkdir_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown) {
   if (retry([&] { return ::mkdirat(dirfd, name.c_str(), mode); }) != 0)
     return sys_error(errno, "mkdir", shown);
+  return {};
+}
+
+error chmod_fd(int f, unsigned mode, const std::string& shown) {
+  if (retry([&] { return ::fchmod(f, static_cast<mode_t>(mode)); }) != 0) return sys_error(errno, "chmod", shown);
   return {};
 }
 
@@ -557,12 +563,12 @@ watcher::wake watcher::wait(std::int64_t timeout_ms, const std::vector<int>& ext
   const std::size_t extra_from = fds.size();
   for (int f : extra_fds) fds.push_back({f, POLLIN, 0});
   std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
-  for (;;) {
+  for (bool first = true;; first = false) {
     int t = -1;
     if (deadline >= 0) {
       std::int64_t left = deadline - monotonic_ms();
-      if (left <= 0) return wake::timeout;
-      t = left > INT_MAX ? INT_MAX : static_cast<int>(left);
+      if (left <= 0 && !first) return wake::timeout;
+      t = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : static_cast<int>(left);
     }
     int r = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), t);
     if (r < 0) {
@@ -577,6 +583,51 @@ watcher::wake watcher::wait(std::int64_t timeout_ms, const std::vector<int>& ext
     for (std::size_t i = extra_from; i < fds.size(); ++i)
       if (fds[i].revents) return wake::extra_fd;
     if (ino_i >= 0 && fds[static_cast<std::size_t>(ino_i)].revents && relevant_events()) return wake::dir_event;
+  }
+}
+
+void watcher::add_poll_fds(std::vector<int>& out) const {
+  if (ino_ >= 0 && (wd_ >= 0 || parent_wd_ >= 0)) out.push_back(ino_);
+  if (pidfd_.valid()) out.push_back(pidfd_.get());
+}
+
+watcher::wake watcher::wait_any(const std::vector<watcher*>& ws, std::int64_t timeout_ms,
+                                const std::vector<int>& extra_fds, std::size_t& which) {
+  std::vector<struct pollfd> fds;
+  std::vector<std::size_t> owner;  // index into ws for each entry of fds; ws.size() for extra fds
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    std::vector<int> mine;
+    ws[i]->add_poll_fds(mine);
+    for (int f : mine) {
+      fds.push_back({f, POLLIN, 0});
+      owner.push_back(i);
+    }
+  }
+  for (int f : extra_fds) {
+    fds.push_back({f, POLLIN, 0});
+    owner.push_back(ws.size());
+  }
+  std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
+  for (bool first = true;; first = false) {
+    int t = -1;
+    if (deadline >= 0) {
+      std::int64_t left = deadline - monotonic_ms();
+      if (left <= 0 && !first) return wake::timeout;
+      t = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : static_cast<int>(left);
+    }
+    int r = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), t);
+    if (r < 0 && errno != EINTR) return wake::timeout;
+    if (r <= 0) continue;
+    for (std::size_t k = 0; k < fds.size(); ++k) {
+      if (!fds[k].revents) continue;
+      if (owner[k] == ws.size()) return wake::extra_fd;
+      // Let the watcher itself read and sort its events (a poll of 0 ms).
+      wake w = ws[owner[k]]->wait(0);
+      if (w != wake::timeout) {
+        which = owner[k];
+        return w;
+      }
+    }
   }
 }
 

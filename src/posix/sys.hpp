@@ -55,6 +55,7 @@ struct stat_info {
   bool is_regular = false;
   bool is_symlink = false;
   std::uint32_t uid = 0;
+  std::uint32_t mode = 0;  // permission bits with setuid, setgid and sticky (07777)
   std::int64_t mtime_ms = 0;
   std::int64_t size = 0;
 };
@@ -91,6 +92,8 @@ error rename_at(int dirfd, const std::string& from, const std::string& to, const
 // without leaving dirfd (depth is bounded). Missing is not an error.
 error remove_tree_at(int dirfd, const std::string& name, const std::string& shown);
 error unlink_at(int dirfd, const std::string& name, bool dir, const std::string& shown);
+// fchmod: sets the mode of an open file or directory exactly (no umask).
+error chmod_fd(int f, unsigned mode, const std::string& shown);
 // Sets the mtime (and atime) of dirfd/name to now, not following symlinks.
 error touch_at(int dirfd, const std::string& name, const std::string& shown);
 // Names in a directory (without . and ..).
@@ -174,9 +177,15 @@ class watcher {
   // polled too: readable or hung up ends the wait with extra_fd.
   wake wait(std::int64_t timeout_ms, int extra_fd = -1);
   wake wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds);
+  // Waits on several watchers at once (one per lock of a set). `which` is
+  // the index of the watcher that woke, for dir_event and pid_exit. A
+  // timeout of 0 polls once.
+  static wake wait_any(const std::vector<watcher*>& ws, std::int64_t timeout_ms,
+                       const std::vector<int>& extra_fds, std::size_t& which);
 
  private:
   bool relevant_events();
+  void add_poll_fds(std::vector<int>& out) const;
   // Taken from, and given back to, a process-wide pool: closing an inotify
   // descriptor makes the kernel wait for a grace period (about 12 ms
   // measured here), which would be paid by every acquisition.
