@@ -48,6 +48,32 @@ bool alive(const waiter_record& r) {
   return true;
 }
 
+// Removes the entries of this host's waiters that died without leaving
+// (killed, say), all but `keep`. Only names of the registry's own form.
+void sweep_dead(int dir, const std::string& keep, const std::string& shown) {
+  auto names = sys::list_dir(dir, shown);
+  if (!names) return;
+  std::size_t seen = 0;
+  for (const auto& n : *names) {
+    bool temporary = false;
+    if (n == keep || !entry_name(n, temporary) || ++seen > kMaxEntries) continue;
+    waiter_record other;
+    if (temporary) {
+      // Being written: judged by the pid in its name.
+      try {
+        other.pid = std::stoll(n.substr(1, n.find('-') - 1));
+      } catch (...) {
+        continue;
+      }
+      other.host = sys::host_name();
+    } else {
+      auto mb = sys::read_file_at(dir, n, kEntryCap, shown);
+      if (!mb || mb->truncated || !parse_waiter(mb->bytes, other)) continue;
+    }
+    if (other.host == sys::host_name() && !alive(other)) (void)sys::unlink_at(dir, n, false, shown);
+  }
+}
+
 result<sys::fd> open_parent(const std::string& lock_path, std::string& name) {
   std::string parent;
   sys::split_path(lock_path, parent, name);
@@ -137,27 +163,7 @@ std::unique_ptr<waiter_registration> waiter_registration::add(const std::string&
     reg->file_ = final_name;
     reg->dir_ = std::move(*d);
     reg->parent_ = std::move(*parent);
-    // Entries of this host's waiters that died without leaving.
-    if (auto names = sys::list_dir(reg->dir_.get(), reg->shown_)) {
-      std::size_t seen = 0;
-      for (const auto& n : *names) {
-        bool temporary = false;
-        if (n == reg->file_ || !entry_name(n, temporary) || ++seen > kMaxEntries) continue;
-        waiter_record other;
-        if (temporary) {
-          try {
-            other.pid = std::stoll(n.substr(1, n.find('-') - 1));
-          } catch (...) {
-            continue;
-          }
-          other.host = sys::host_name();
-        } else {
-          auto mb = sys::read_file_at(reg->dir_.get(), n, kEntryCap, reg->shown_);
-          if (!mb || mb->truncated || !parse_waiter(mb->bytes, other)) continue;
-        }
-        if (other.host == sys::host_name() && !alive(other)) (void)sys::unlink_at(reg->dir_.get(), n, false, reg->shown_);
-      }
-    }
+    sweep_dead(reg->dir_.get(), reg->file_, reg->shown_);
     return reg;
   }
   return nullptr;
@@ -165,6 +171,7 @@ std::unique_ptr<waiter_registration> waiter_registration::add(const std::string&
 
 waiter_registration::~waiter_registration() {
   (void)sys::unlink_at(dir_.get(), file_, false, shown_);
+  sweep_dead(dir_.get(), file_, shown_);
   dir_.reset();
   // Succeeds only when no other entry is left (ENOTEMPTY otherwise).
   (void)sys::unlink_at(parent_.get(), dir_name_, true, shown_);

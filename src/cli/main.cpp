@@ -339,9 +339,16 @@ int cmd_status_watch(const args& a, const std::string& path) {
   const int signals = proc::catch_signals();
   const bool tty = proc::terminal_width(1) > 0;
   proc::change_feed feed;
+  // Wake on the lock (or a slot) appearing, going or being replaced in its
+  // parent, and a waiter registering or leaving; and below, on a holder or a
+  // waiter dying.
+  std::string parent, name;
+  ol::detail::sys::split_path(path, parent, name);
+  const std::vector<std::string> dirs = {parent, parent + "/." + name + ".waiters"};
   std::string last_shape, last_text;
   bool first = true;
   for (;;) {
+    const bool dirs_watched = feed.arm_dirs(dirs);
     board b = look(a, path);
     std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + b.problem + "\n";
     const std::string shape = shape_of(b) + b.problem;
@@ -353,11 +360,6 @@ int cmd_status_watch(const args& a, const std::string& path) {
     first = false;
     last_text = text;
     last_shape = shape;
-    // Wake on: the lock (or a slot) appearing, going or being replaced in
-    // its parent; a waiter registering or leaving; a holder or a waiter dying.
-    std::string parent, name;
-    ol::detail::sys::split_path(path, parent, name);
-    std::vector<std::string> dirs = {parent, parent + "/." + name + ".waiters"};
     std::vector<std::int64_t> pids;
     std::int64_t timeout = tty ? 1000 : 60'000;
     for (const auto& i : b.slots) {
@@ -368,7 +370,9 @@ int cmd_status_watch(const args& a, const std::string& path) {
       else if (i.present) timeout = std::min<std::int64_t>(timeout, 1000);
     }
     for (const auto& w : b.waiters) pids.push_back(w.pid);
-    if (!feed.arm(dirs, pids)) timeout = std::min<std::int64_t>(timeout, 1000);
+    auto armed = feed.arm_pids(pids);
+    if (armed == proc::change_feed::pids_armed::gone) continue;  // one died since the look
+    if (!dirs_watched || armed == proc::change_feed::pids_armed::unwatched) timeout = std::min<std::int64_t>(timeout, 1000);
     if (!feed.wait(timeout, {signals})) {
       if (tty) std::cout << "\n" << std::flush;
       return exit_ok;

@@ -345,35 +345,39 @@ change_feed::~change_feed() {
   if (ino_ >= 0) ::close(ino_);
 }
 
-bool change_feed::arm(const std::vector<std::string>& dirs, const std::vector<std::int64_t>& pids) {
-  bool complete = true;
+bool change_feed::arm_dirs(const std::vector<std::string>& dirs) {
+  if (ino_ < 0) return false;
+  // Adding a watch that exists only refreshes it: no event, same
+  // descriptor. Removing one would queue IN_IGNORED and wake the next wait,
+  // so watches are never removed here; the kernel drops those of deleted
+  // directories by itself.
+  for (const auto& d : dirs)
+    (void)::inotify_add_watch(ino_, d.c_str(),
+                              IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF |
+                                  IN_CLOSE_WRITE | IN_ONLYDIR | IN_DONT_FOLLOW);
+  return true;
+}
+
+change_feed::pids_armed change_feed::arm_pids(const std::vector<std::int64_t>& pids) {
   for (int f : pidfds_) ::close(f);
   pidfds_.clear();
-  if (ino_ >= 0) {
-    for (int wd : wds_) ::inotify_rm_watch(ino_, wd);
-    wds_.clear();
-    for (const auto& d : dirs) {
-      int wd = ::inotify_add_watch(ino_, d.c_str(),
-                                   IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |
-                                       IN_MOVE_SELF | IN_CLOSE_WRITE | IN_ONLYDIR | IN_DONT_FOLLOW);
-      if (wd >= 0) wds_.push_back(wd);
-    }
-  } else {
-    complete = false;
-  }
+  pids_armed result = pids_armed::ok;
   for (std::int64_t pid : pids) {
     long f = -1;
+    errno = ENOSYS;
 #ifdef SYS_pidfd_open
     if (!std::getenv("OFFLOAD_LOCK_NO_PIDFD")) f = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
 #endif
     if (f >= 0) {
       ::fcntl(static_cast<int>(f), F_SETFD, FD_CLOEXEC);
       pidfds_.push_back(static_cast<int>(f));
-    } else if (errno != ESRCH) {
-      complete = false;
+    } else if (errno == ESRCH) {
+      return pids_armed::gone;
+    } else {
+      result = pids_armed::unwatched;
     }
   }
-  return complete;
+  return result;
 }
 
 bool change_feed::wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds) {

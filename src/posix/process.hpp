@@ -99,17 +99,20 @@ class change_feed {
   ~change_feed();
   change_feed(const change_feed&) = delete;
   change_feed& operator=(const change_feed&) = delete;
-  // Watches exactly these directories (missing ones are skipped) and these
-  // processes (gone ones are skipped). False when something asked for
-  // cannot be watched (no inotify or pidfd): the caller re-checks on a timer.
-  bool arm(const std::vector<std::string>& dirs, const std::vector<std::int64_t>& pids);
+  // Watches these directories too (missing ones are skipped). False
+  // without inotify: the caller re-checks on a timer. Arm before looking,
+  // so a change made after the look is never missed.
+  bool arm_dirs(const std::vector<std::string>& dirs);
+  // Watches exactly these processes. `gone` when one has already exited
+  // (look again), `unwatched` without pidfd.
+  enum class pids_armed { ok, gone, unwatched };
+  pids_armed arm_pids(const std::vector<std::int64_t>& pids);
   // Waits for a change, the timeout (negative: none) or a readable extra
   // descriptor. False when an extra descriptor woke it.
   bool wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds);
 
  private:
   int ino_ = -1;
-  std::vector<int> wds_;
   std::vector<int> pidfds_;
 };
 

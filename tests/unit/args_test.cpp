@@ -60,6 +60,27 @@ TEST_CASE("well-formed command lines", "[unit][cli]") {
   REQUIRE_FALSE(parse({"status", "--quiet", "--lock", "/y"}, g));  // global flags after the command too
   CHECK(g.quiet);
   CHECK(g.lock_path == "/y");
+
+  args s;
+  REQUIRE_FALSE(parse({"status", "--watch", "--gpus", "3"}, s));
+  CHECK(s.watch);
+  CHECK(s.gpus == 3);
+  CHECK_FALSE(s.gpus_auto);
+  args p;
+  REQUIRE_FALSE(parse({"status", "--prometheus", "--gpu", "2"}, p));
+  CHECK(p.prometheus);
+  CHECK(p.gpu == 2);
+  CHECK(p.gpus == 1);
+
+  args h;
+  REQUIRE_FALSE(parse({"hold", "--gpus", "auto", "--remind", "30s"}, h));
+  CHECK(h.gpus_auto);
+  CHECK(h.remind == milliseconds(30000));
+  args h2;
+  REQUIRE_FALSE(parse({"run", "--gpus", "4", "--gpu", "3", "--remind", "0", "--", "true"}, h2));
+  CHECK(h2.gpus == 4);
+  CHECK(h2.gpu == 3);
+  CHECK(h2.remind == milliseconds(0));
 }
 
 TEST_CASE("every malformed command line is a one-line usage error", "[unit][cli]") {
@@ -91,6 +112,20 @@ TEST_CASE("every malformed command line is a one-line usage error", "[unit][cli]
       {"wait-free", "--poll", "0"},
       {"wait-free", "--poll", "forever"},
       {"acquire", "--label", std::string(2000, 'x')},
+      {"run", "--gpus", "0", "--", "true"},
+      {"run", "--gpus", "x", "--", "true"},
+      {"acquire", "--gpus", "1025"},
+      {"acquire", "--gpus"},
+      {"acquire", "--gpu", "-1"},
+      {"acquire", "--gpu", "1024"},
+      {"acquire", "--gpus", "3", "--gpu", "3"},
+      {"status", "--watch", "--prometheus"},
+      {"--json", "status", "--prometheus"},
+      {"wait-free", "--gpus", "2"},
+      {"path", "--watch"},
+      {"acquire", "--watch"},
+      {"acquire", "--remind", "soon"},
+      {"status", "--remind", "1s"},
   };
   for (const auto& argv : bad) {
     std::string joined;
