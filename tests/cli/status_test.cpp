@@ -352,7 +352,7 @@ TEST_CASE("off a terminal a waiting command says when the holder changes and rem
   CHECK(q.err_text().empty());
 }
 
-TEST_CASE("--gpus 3: the first free of three slots, CUDA_VISIBLE_DEVICES, status of every slot", "[cli][gpus]") {
+TEST_CASE("cli: --gpus 3 takes the first free of three slots, CUDA_VISIBLE_DEVICES, status of every slot", "[cli][gpus]") {
   temp_dir d;
   std::vector<std::unique_ptr<child>> holders;
   std::set<int> slots;
