@@ -231,6 +231,7 @@ std::string waiter_line(const ol::waiter& w, bool multi) {
   s += ") for " + ol::describe_duration(w.waited);
   if (w.gpu >= 0 && (multi || w.gpu > 0)) s += ", for gpu" + std::to_string(w.gpu);
   else if (w.gpus > 1) s += ", for any of " + std::to_string(w.gpus) + " GPUs";
+  else if (multi) s += ", for gpu0";
   return s;
 }
 
