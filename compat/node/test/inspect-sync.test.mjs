@@ -8,16 +8,41 @@ import path from 'node:path';
 import { acquireGpuLock, acquireSync, inspect, releaseSync } from '../index.mjs';
 import { INDEX_URL, T, cleanEnv, deadPid, makeLock, nodeEvalSync, readMetaFile, tempDir, waitFor } from './helpers.mjs';
 
-const KEYS = ['path', 'held', 'pid', 'startedAt', 'heldForMs', 'label', 'host', 'token', 'stale'].sort();
+const SLOT_KEYS = ['path', 'held', 'pid', 'startedAt', 'heldForMs', 'label', 'host', 'token', 'stale', 'ownerUid', 'gpu'];
+const KEYS = [...SLOT_KEYS, 'slots', 'waiters'].sort();
 
 test('inspect on a free lock: held false, every other value null', T, (t) => {
   const lock = path.join(tempDir(t), 'gpu.lock');
   const s = inspect(lock);
   assert.deepEqual(Object.keys(s).sort(), KEYS);
-  assert.deepEqual(s, {
+  const slot = {
     path: lock, held: false, pid: null, startedAt: null, heldForMs: null,
-    label: null, host: null, token: null, stale: null,
-  });
+    label: null, host: null, token: null, stale: null, ownerUid: null, gpu: 0,
+  };
+  assert.deepEqual(s, { ...slot, slots: [slot], waiters: [] });
+});
+
+test('inspect lists the offload-lock processes waiting for the lock, oldest first', T, async (t) => {
+  const lock = path.join(tempDir(t), 'gpu.lock');
+  const h = await acquireGpuLock({ lockPath: lock, waitMs: 0, label: 'holder' });
+  const first = acquireGpuLock({ lockPath: lock, label: 'first-in-line' });
+  await waitFor(() => inspect(lock).waiters.length === 1, { what: 'the first waiter to register' });
+  const second = acquireGpuLock({ lockPath: lock, label: 'second-in-line' });
+  await waitFor(() => inspect(lock).waiters.length === 2, { what: 'the second waiter to register' });
+  const s = inspect(lock);
+  assert.deepEqual(s.waiters.map((w) => w.label), ['first-in-line', 'second-in-line']);
+  for (const w of s.waiters) {
+    assert.equal(typeof w.pid, 'number');
+    assert.equal(w.host, os.hostname());
+    assert.ok(w.since <= Date.now() && w.waitedMs >= 0, JSON.stringify(w));
+    assert.equal(w.gpu, null);
+    assert.equal(w.gpus, 1);
+  }
+  // Either may win once the holder leaves; each releases as soon as it holds.
+  const done = [first, second].map((p) => p.then((held) => held.release()));
+  h.release();
+  await Promise.all(done);
+  assert.deepEqual(inspect(lock).waiters, []);
 });
 
 test('inspect on a held lock: who, since when, label, host, token, not stale', T, async (t) => {
@@ -27,6 +52,9 @@ test('inspect on a held lock: who, since when, label, host, token, not stale', T
   t.after(() => h.release());
   const s = inspect(lock);
   assert.deepEqual(Object.keys(s).sort(), KEYS);
+  assert.deepEqual(Object.keys(s.slots[0]).sort(), [...SLOT_KEYS].sort());
+  assert.deepEqual(s.waiters, []);
+  assert.equal(s.ownerUid, process.getuid());
   assert.equal(s.path, lock);
   assert.equal(s.held, true);
   assert.equal(s.pid, h.pid);
