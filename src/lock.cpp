@@ -53,6 +53,8 @@ constexpr std::int64_t kContendedRecheckMs = 50;
 // Rounds of try/reclaim in a row, each undone by someone else, before pausing.
 constexpr int kRoundsBeforePause = 100;
 constexpr std::int64_t kChurnPauseMs = 10;
+// A waiter registers in the waiter registry once it has waited this long.
+constexpr std::int64_t kRegisterAfterMs = 100;
 
 // The lock path, split, with its parent directory open.
 struct target {
@@ -346,21 +348,26 @@ struct wait_report {
     return i.path + "|" + i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + i.label;
   }
 
+  // Registers in the waiter registry once the wait has lasted
+  // kRegisterAfterMs: a quick handoff never touches the registry.
+  void maybe_register() {
+    if (tried_registering || !opt.register_waiter || sys::monotonic_ms() < began_mono + kRegisterAfterMs) return;
+    tried_registering = true;
+    waiter_record r;
+    r.pid = sys::self_pid();
+    r.label = opt.label.empty() ? sys::program_name() : opt.label;
+    r.host = sys::host_name();
+    r.boot_id = sys::boot_id();
+    if (auto ps = sys::start_of(r.pid)) r.proc_ticks = ps->ticks;
+    r.since = began_wall;
+    r.gpu = gpu;
+    r.gpus = gpus;
+    reg = waiter_registration::add(registry_path, r);
+  }
+
   // Before each wait, with the holders as just judged.
   void waiting(std::vector<info> now) {
-    if (!tried_registering && opt.register_waiter) {
-      tried_registering = true;
-      waiter_record r;
-      r.pid = sys::self_pid();
-      r.label = opt.label.empty() ? sys::program_name() : opt.label;
-      r.host = sys::host_name();
-      r.boot_id = sys::boot_id();
-      if (auto ps = sys::start_of(r.pid)) r.proc_ticks = ps->ticks;
-      r.since = began_wall;
-      r.gpu = gpu;
-      r.gpus = gpus;
-      reg = waiter_registration::add(registry_path, r);
-    }
+    maybe_register();
     std::vector<std::string> now_keys;
     bool changed = now.size() != keys.size();
     for (std::size_t k = 0; k < now.size(); ++k) {
@@ -392,10 +399,17 @@ struct wait_report {
     opt.on_progress(p);
   }
 
-  // Milliseconds until the next periodic report; -1 when there is none.
+  // Milliseconds until the next periodic report or the registration,
+  // whichever is first; -1 when neither is due.
   std::int64_t tick_in() const {
-    if (next_tick < 0 || !opt.on_progress) return -1;
-    return std::max<std::int64_t>(0, next_tick - sys::monotonic_ms());
+    const std::int64_t now = sys::monotonic_ms();
+    std::int64_t t = -1;
+    if (next_tick >= 0 && opt.on_progress) t = std::max<std::int64_t>(0, next_tick - now);
+    if (!tried_registering && opt.register_waiter) {
+      const std::int64_t r = std::max<std::int64_t>(0, began_mono + kRegisterAfterMs - now);
+      t = t < 0 ? r : std::min(t, r);
+    }
+    return t;
   }
 
   // Waits with `wait_fn(timeout)` for at most `timeout` (negative: no
@@ -410,8 +424,11 @@ struct wait_report {
       if (ticking) t = tick;
       auto why = wait_fn(t);
       if (why != sys::watcher::wake::timeout || !ticking) return why;
-      next_tick = sys::monotonic_ms() + opt.progress_every.count();
-      report(false);
+      maybe_register();
+      if (next_tick >= 0 && opt.on_progress && sys::monotonic_ms() >= next_tick) {
+        next_tick = sys::monotonic_ms() + opt.progress_every.count();
+        report(false);
+      }
     }
   }
 };
