@@ -153,6 +153,7 @@ enum class take_result { taken, busy };
 
 struct taken_dir {
   sys::fd dir;
+  // cppcheck-suppress unusedStructMember ; read as taken->id, through result's operator->
   sys::file_id id;
 };
 
@@ -391,7 +392,7 @@ struct held_state {
   // watch_holder, also end when the recorded holder process exits.
   kept keep(bool watch_holder) {
     sys::watcher w;
-    std::int64_t next_touch = sys::monotonic_ms() + period();
+    std::int64_t touch_due = sys::monotonic_ms() + period();
     for (;;) {
       bool dir_watched = w.watch_dir(t.path, false);
       if (!still_ours()) return kept::lost;
@@ -401,17 +402,17 @@ struct held_state {
         auto alive = sys::probe(pid);
         if (alive == sys::liveness::dead || alive == sys::liveness::zombie) return kept::holder_exited;
       }
-      std::int64_t timeout = std::max<std::int64_t>(0, next_touch - sys::monotonic_ms());
+      std::int64_t timeout = std::max<std::int64_t>(0, touch_due - sys::monotonic_ms());
       if (!dir_watched || (watch_holder && !pid_watched)) timeout = std::min(timeout, kFallbackPollMs);
       switch (w.wait(timeout)) {
         case sys::watcher::wake::pid_exit: return kept::holder_exited;
         case sys::watcher::wake::extra_fd:  // none are watched here
         case sys::watcher::wake::dir_event: break;  // re-checked at the top
         case sys::watcher::wake::timeout:
-          if (sys::monotonic_ms() >= next_touch) {
+          if (sys::monotonic_ms() >= touch_due) {
             if (!still_ours()) return kept::lost;
             (void)sys::touch_at(dir.get(), kMeta, t.path + "/" + kMeta);
-            next_touch = sys::monotonic_ms() + period();
+            touch_due = sys::monotonic_ms() + period();
           }
           break;
       }
@@ -559,6 +560,7 @@ void held_state::stop_heartbeat() { heartbeat_service::get().remove(this); }
 struct local_gate {
   std::mutex mu;
   std::condition_variable cv;
+  // cppcheck-suppress unusedStructMember ; used as gate->queue, through a shared_ptr
   std::deque<std::uint64_t> queue;  // tickets of waiting threads, oldest first
   std::uint64_t next_ticket = 0;
   bool owned = false;
@@ -695,6 +697,7 @@ using namespace detail;
 lock::lock() noexcept = default;
 lock::lock(std::unique_ptr<handle> h) noexcept : h_(std::move(h)) {}
 lock::lock(lock&&) noexcept = default;
+// NOLINTNEXTLINE(bugprone-exception-escape): release() calls std::get and result::err() only after checking which alternative is held
 lock& lock::operator=(lock&& o) noexcept {
   if (this != &o) {
     if (h_) (void)release();
@@ -702,6 +705,7 @@ lock& lock::operator=(lock&& o) noexcept {
   }
   return *this;
 }
+// NOLINTNEXTLINE(bugprone-exception-escape): as operator= above
 lock::~lock() {
   if (h_) (void)release();
 }
