@@ -91,6 +91,8 @@ TEST_CASE("every malformed command line is a one-line usage error", "[unit][cli]
       {"wait-free", "--poll", "0"},
       {"wait-free", "--poll", "forever"},
       {"acquire", "--label", std::string(2000, 'x')},
+      {"frob\nnicate"},           // the argument is quoted, escaped: still one line
+      {"status", "--js\r\non"},
   };
   for (const auto& argv : bad) {
     std::string joined;
