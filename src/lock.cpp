@@ -392,7 +392,8 @@ struct held_state {
   // watch_holder, also end when the recorded holder process exits.
   kept keep(bool watch_holder) {
     sys::watcher w;
-    std::int64_t touch_due = sys::monotonic_ms() + period();
+    // cppcheck-suppress shadowVariable ; this loop's own deadline; the member is the heartbeat service's
+    std::int64_t next_touch = sys::monotonic_ms() + period();
     for (;;) {
       bool dir_watched = w.watch_dir(t.path, false);
       if (!still_ours()) return kept::lost;
@@ -402,17 +403,17 @@ struct held_state {
         auto alive = sys::probe(pid);
         if (alive == sys::liveness::dead || alive == sys::liveness::zombie) return kept::holder_exited;
       }
-      std::int64_t timeout = std::max<std::int64_t>(0, touch_due - sys::monotonic_ms());
+      std::int64_t timeout = std::max<std::int64_t>(0, next_touch - sys::monotonic_ms());
       if (!dir_watched || (watch_holder && !pid_watched)) timeout = std::min(timeout, kFallbackPollMs);
       switch (w.wait(timeout)) {
         case sys::watcher::wake::pid_exit: return kept::holder_exited;
         case sys::watcher::wake::extra_fd:  // none are watched here
         case sys::watcher::wake::dir_event: break;  // re-checked at the top
         case sys::watcher::wake::timeout:
-          if (sys::monotonic_ms() >= touch_due) {
+          if (sys::monotonic_ms() >= next_touch) {
             if (!still_ours()) return kept::lost;
             (void)sys::touch_at(dir.get(), kMeta, t.path + "/" + kMeta);
-            touch_due = sys::monotonic_ms() + period();
+            next_touch = sys::monotonic_ms() + period();
           }
           break;
       }
