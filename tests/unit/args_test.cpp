@@ -66,6 +66,8 @@ TEST_CASE("every malformed command line is a one-line usage error", "[unit][cli]
   std::vector<std::vector<std::string>> bad = {
       {},
       {"frobnicate"},
+      {"frob\nnicate"},           // the argument is quoted, escaped: still one line
+      {"status", "--js\r\non"},
       {"--bogus", "status"},
       {"status", "--bogus"},
       {"--lock"},
@@ -91,8 +93,6 @@ TEST_CASE("every malformed command line is a one-line usage error", "[unit][cli]
       {"wait-free", "--poll", "0"},
       {"wait-free", "--poll", "forever"},
       {"acquire", "--label", std::string(2000, 'x')},
-      {"frob\nnicate"},           // the argument is quoted, escaped: still one line
-      {"status", "--js\r\non"},
   };
   for (const auto& argv : bad) {
     std::string joined;
