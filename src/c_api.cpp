@@ -47,6 +47,7 @@ extern "C" int offload_lock_acquire(const char* path, int64_t wait_ms, const cha
       if (e == offload_lock::errc::bad_input) return OFFLOAD_LOCK_INVALID;
       return OFFLOAD_LOCK_ERROR;
     }
+    // cppcheck-suppress ignoredReturnValue ; the moved value initializes the handle
     *out = new offload_lock_handle{std::move(*l)};
     return OFFLOAD_LOCK_OK;
   } catch (const std::exception& ex) {

@@ -41,6 +41,7 @@ std::string repair_utf8(std::string_view in) {
     unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
     if (c >= 0xC2 && c <= 0xDF) need = 1;
     else if (c == 0xE0) { need = 2; lo = 0xA0; }
+    // NOLINTNEXTLINE(bugprone-branch-clone): one branch per row of Unicode's table of well-formed UTF-8
     else if (c >= 0xE1 && c <= 0xEC) need = 2;
     else if (c == 0xED) { need = 2; hi = 0x9F; }
     else if (c >= 0xEE && c <= 0xEF) need = 2;

@@ -13,7 +13,7 @@
 namespace offload_lock::detail {
 
 // Reads of meta.json stop here; a larger file counts as unreadable.
-inline constexpr std::size_t meta_cap = 1024 * 1024;
+inline constexpr std::size_t meta_cap = std::size_t{1024} * 1024;
 // Deeper JSON nesting than this counts as unparseable (a bound on work).
 inline constexpr int meta_max_depth = 256;
 

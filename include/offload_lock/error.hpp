@@ -25,6 +25,17 @@ enum class errc {
   cancelled = 6,   // a wait was abandoned through lock_options::cancel_fds
 };
 
+}  // namespace offload_lock
+
+// Declared before anything converts an errc to a std::error_code: a
+// specialization after that first use is ill-formed, and clang rejects it.
+namespace std {
+template <>
+struct is_error_code_enum<offload_lock::errc> : true_type {};
+}  // namespace std
+
+namespace offload_lock {
+
 const std::error_category& category() noexcept;
 std::error_code make_error_code(errc e) noexcept;
 
@@ -87,10 +98,5 @@ class result {
 };
 
 }  // namespace offload_lock
-
-namespace std {
-template <>
-struct is_error_code_enum<offload_lock::errc> : true_type {};
-}  // namespace std
 
 #endif  // OFFLOAD_LOCK_ERROR_HPP

@@ -175,9 +175,11 @@ class lock {
 
   lock() noexcept;
   lock(lock&&) noexcept;
+  // NOLINTNEXTLINE(bugprone-exception-escape): see lock::operator= in lock.cpp
   lock& operator=(lock&&) noexcept;
   lock(const lock&) = delete;
   lock& operator=(const lock&) = delete;
+  // NOLINTNEXTLINE(bugprone-exception-escape): see lock::operator= in lock.cpp
   ~lock();
 
   // True while this object holds an acquisition (until release or move).

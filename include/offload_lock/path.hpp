@@ -27,7 +27,7 @@ const char* to_string(path_rule rule) noexcept;
 
 struct path_resolution {
   std::string path;     // the path offload-lock and the Node runners use
-  path_rule rule;       // which rule chose it
+  path_rule rule{};     // which rule chose it
   std::string go_path;  // the path a Go reader (os.TempDir) resolves from the same input
   // True when the Go readers would look at another directory, so they would
   // silently stop seeing this lock (PROTOCOL D7).

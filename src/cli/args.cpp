@@ -29,6 +29,26 @@ std::optional<double> decimal(const std::string& s) {
   return std::strtod(s.c_str(), nullptr);
 }
 
+// A usage error is one line (exit 2 promises that), yet it quotes arguments,
+// which may hold any byte but NUL: show control characters as escapes.
+std::string one_line(const std::string& message) {
+  std::string out;
+  for (char c : message) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (u < 0x20 || u == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 const std::map<std::string, std::string>& helps() {
   static const std::map<std::string, std::string> h = {
       {"path",
@@ -115,7 +135,9 @@ std::optional<std::int64_t> parse_pid(const std::string& text) {
   return v;
 }
 
-std::optional<std::string> parse(const std::vector<std::string>& argv, args& out) {
+namespace {
+
+std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args& out) {
   std::size_t i = 0;
   auto value = [&](const std::string& flag, std::string& into) -> std::optional<std::string> {
     if (i + 1 >= argv.size()) return flag + " needs a value";
@@ -237,6 +259,14 @@ std::optional<std::string> parse(const std::vector<std::string>& argv, args& out
   if (out.watch && out.prometheus) return std::string("status takes --watch or --prometheus, not both");
   if (out.json && out.prometheus) return std::string("status takes --json or --prometheus, not both");
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> parse(const std::vector<std::string>& argv, args& out) {
+  auto e = parse_argv(argv, out);
+  if (e) *e = one_line(*e);
+  return e;
 }
 
 std::string usage() {

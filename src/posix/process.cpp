@@ -20,8 +20,6 @@
 
 #include "posix/sys.hpp"
 
-extern char** environ;
-
 namespace offload_lock::detail::proc {
 
 namespace {
@@ -51,7 +49,7 @@ void install_handlers(std::initializer_list<int> sigs) {
   sigset_t unblock;
   sigemptyset(&unblock);
   for (int s : sigs) sigaddset(&unblock, s);
-  ::sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+  ::pthread_sigmask(SIG_UNBLOCK, &unblock, nullptr);
   for (int s : sigs) {
     struct sigaction sa {};
     sa.sa_sigaction = on_signal;
@@ -79,7 +77,7 @@ int catch_signals() {
 }
 
 int take_signal() {
-  sig_msg m;
+  sig_msg m{};
   while (read_sig(m)) {
     if (m.signo != SIGCHLD) return m.signo;
   }
@@ -243,7 +241,7 @@ int gated_child::wait_forwarding() {
     if (reaped_) return 1;
     struct pollfd fds[1] = {{g_sig_pipe[0], POLLIN, 0}};
     if (::poll(fds, 1, -1) < 0) continue;
-    sig_msg m;
+    sig_msg m{};
     while (read_sig(m)) {
       if (m.signo == SIGCHLD) continue;
       // A terminal's signal reaches the whole foreground process group, the
@@ -290,7 +288,7 @@ result<bool> fork_detached() {
     std::vector<int> inherited;
     int self = ::dirfd(d);
     while (struct dirent* e = ::readdir(d)) {
-      int f = std::atoi(e->d_name);
+      int f = static_cast<int>(std::strtol(e->d_name, nullptr, 10));
       if (f > 2 && f != self && e->d_name[0] != '.' && (::fcntl(f, F_GETFD) & FD_CLOEXEC) == 0) inherited.push_back(f);
     }
     ::closedir(d);

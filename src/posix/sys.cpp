@@ -26,8 +26,6 @@
 #include <mutex>
 #include <sstream>
 
-extern char* program_invocation_short_name;
-
 namespace offload_lock::detail::sys {
 
 namespace {
@@ -207,6 +205,7 @@ error rename_at(int dirfd, const std::string& from, const std::string& to, const
 }
 
 namespace {
+// NOLINTNEXTLINE(misc-no-recursion): one level per directory, refused beyond depth 32
 error remove_tree_in(int dirfd, const std::string& name, const std::string& shown, int depth) {
   auto st = stat_at(dirfd, name, shown);
   if (!st) return st.err().code().value() == ENOENT ? error{} : st.err();
@@ -342,8 +341,8 @@ std::string random_hex(std::size_t bytes) {
       if (errno == EINTR) continue;
       // No entropy source at all: fall back to something unique enough for
       // staging names (pid, time); tokens then stay unique per acquisition.
-      std::snprintf(&raw[0], bytes, "%lx%lx", static_cast<long>(::getpid()),
-                    static_cast<long>(monotonic_ms()));
+      (void)std::snprintf(raw.data(), bytes, "%lx%lx", static_cast<long>(::getpid()),
+                          static_cast<long>(monotonic_ms()));
       break;
     }
     got += static_cast<std::size_t>(n);
@@ -518,6 +517,7 @@ bool watcher::relevant_events() {
     if (n <= 0) break;
     for (char* p = buf; p < buf + n;) {
       auto* ev = reinterpret_cast<struct inotify_event*>(p);
+      // NOLINTNEXTLINE(bugprone-branch-clone): an event on the lock itself, then one naming it in its parent
       if (ev->wd == wd_ || (ev->mask & IN_Q_OVERFLOW)) relevant = true;
       else if (ev->wd == parent_wd_ && ev->len > 0 && name_ == ev->name) relevant = true;
       p += sizeof(struct inotify_event) + ev->len;

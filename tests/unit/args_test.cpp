@@ -87,6 +87,8 @@ TEST_CASE("every malformed command line is a one-line usage error", "[unit][cli]
   std::vector<std::vector<std::string>> bad = {
       {},
       {"frobnicate"},
+      {"frob\nnicate"},           // the argument is quoted, escaped: still one line
+      {"status", "--js\r\non"},
       {"--bogus", "status"},
       {"status", "--bogus"},
       {"--lock"},
