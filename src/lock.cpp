@@ -440,7 +440,7 @@ struct wait_report {
 // due (the verdict's own expiry, or the fallback period where something
 // cannot be watched), or nullopt when the state has changed already.
 std::optional<std::int64_t> arm(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
-                                std::set<std::int64_t>& dead_seen, std::int64_t poll_ms) {
+                                const std::set<std::int64_t>& dead_seen, std::int64_t poll_ms) {
   bool dir_watched = w.watch_dir(t.path, v.incomplete);
   // The directory may have been replaced between the look and the watch.
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
@@ -1085,6 +1085,7 @@ result<lock> acquirer::acquire_any(const lock_options& opt, const std::string& b
     rep.waiting(std::move(holders));
     if (deadline >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
     std::vector<sys::watcher*> ptrs;
+    ptrs.reserve(ws.size());
     for (auto& w : ws) ptrs.push_back(w.get());
     std::size_t which = 0;
     auto why = rep.wait_ticking(timeout, [&](std::int64_t ms) {

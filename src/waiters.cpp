@@ -12,7 +12,7 @@ namespace {
 
 // An entry is "<pid>-<12 hex>.json"; while it is being written,
 // ".<pid>-<12 hex>.tmp", so a reader never sees half of one.
-constexpr std::size_t kEntryCap = 64 * 1024;
+constexpr std::size_t kEntryCap = std::size_t{64} * 1024;
 constexpr std::size_t kMaxEntries = 4096;
 
 bool entry_name(const std::string& n, bool& temporary) {
@@ -170,11 +170,16 @@ std::unique_ptr<waiter_registration> waiter_registration::add(const std::string&
 }
 
 waiter_registration::~waiter_registration() {
-  (void)sys::unlink_at(dir_.get(), file_, false, shown_);
-  sweep_dead(dir_.get(), file_, shown_);
-  dir_.reset();
-  // Succeeds only when no other entry is left (ENOTEMPTY otherwise).
-  (void)sys::unlink_at(parent_.get(), dir_name_, true, shown_);
+  try {
+    (void)sys::unlink_at(dir_.get(), file_, false, shown_);
+    sweep_dead(dir_.get(), file_, shown_);
+    dir_.reset();
+    // Succeeds only when no other entry is left (ENOTEMPTY otherwise).
+    (void)sys::unlink_at(parent_.get(), dir_name_, true, shown_);
+  } catch (...) {
+    // Out of memory building a message: the entry stays, and is swept once
+    // this process is gone.
+  }
 }
 
 std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_ms) {

@@ -71,11 +71,10 @@ int detect_gpus() {
     if (auto names = ol::detail::sys::list_dir(d->get(), "")) n = static_cast<int>(names->size());
   }
   if (n > 0) return std::min(n, ol::max_gpus);
-  if (FILE* f = ::popen("nvidia-smi -L 2>/dev/null", "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f))
-      if (std::string(line).rfind("GPU ", 0) == 0) ++n;
-    ::pclose(f);
+  if (auto out = proc::read_command({"nvidia-smi", "-L"}, 1 << 20, 10'000)) {
+    std::stringstream lines(*out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("GPU ", 0) == 0) ++n;
   }
   return n > 0 ? std::min(n, ol::max_gpus) : 1;
 }
@@ -287,7 +286,7 @@ std::string prom_quote(const std::string& v) {
 
 std::string seconds_text(ol::milliseconds d) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(d.count()) / 1000.0);
+  (void)std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(d.count()) / 1000.0);
   return buf;
 }
 

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -103,6 +105,7 @@ result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv
     for (const auto& kv : all) env_strings[v].push_back(kv.first + "=" + kv.second);
   }
   std::vector<char*> cargv;
+  cargv.reserve(argv.size() + 1);
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
   std::vector<std::vector<char*>> cenvs(env_strings.size());
@@ -334,6 +337,71 @@ int terminal_width(int fd) {
   return 80;
 }
 
+namespace {
+
+// pidfd_open(2); -1 with errno set (ENOSYS where the kernel or libc lacks it,
+// or when OFFLOAD_LOCK_NO_PIDFD is set).
+long open_pidfd(std::int64_t pid) {
+  errno = ENOSYS;
+  if (std::getenv("OFFLOAD_LOCK_NO_PIDFD")) return -1;
+#ifdef SYS_pidfd_open
+  return ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+std::optional<std::string> read_command(const std::vector<std::string>& argv, std::size_t cap,
+                                        std::int64_t timeout_ms) {
+  if (argv.empty()) return std::nullopt;
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  ::posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> cargv;
+  cargv.reserve(argv.size() + 1);
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t pid = -1;
+  const int spawned = ::posix_spawnp(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  if (spawned != 0) {
+    ::close(out[0]);
+    return std::nullopt;
+  }
+  std::string text;
+  const std::int64_t deadline = sys::monotonic_ms() + timeout_ms;
+  bool timed_out = false;
+  for (;;) {
+    const std::int64_t left = deadline - sys::monotonic_ms();
+    struct pollfd p = {out[0], POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 60'000))) == 0) {
+      timed_out = sys::monotonic_ms() >= deadline;
+      if (timed_out) break;
+      continue;
+    }
+    char buf[4096];
+    const ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(std::min<ssize_t>(n, static_cast<ssize_t>(cap - std::min(cap, text.size())))));
+  }
+  ::close(out[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return std::nullopt;
+  return text;
+}
+
 change_feed::change_feed() {
   if (!std::getenv("OFFLOAD_LOCK_NO_INOTIFY")) ino_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
 }
@@ -361,11 +429,7 @@ change_feed::pids_armed change_feed::arm_pids(const std::vector<std::int64_t>& p
   pidfds_.clear();
   pids_armed result = pids_armed::ok;
   for (std::int64_t pid : pids) {
-    long f = -1;
-    errno = ENOSYS;
-#ifdef SYS_pidfd_open
-    if (!std::getenv("OFFLOAD_LOCK_NO_PIDFD")) f = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
-#endif
+    const long f = open_pidfd(pid);
     if (f >= 0) {
       ::fcntl(static_cast<int>(f), F_SETFD, FD_CLOEXEC);
       pidfds_.push_back(static_cast<int>(f));
@@ -380,6 +444,7 @@ change_feed::pids_armed change_feed::arm_pids(const std::vector<std::int64_t>& p
 
 bool change_feed::wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds) {
   std::vector<struct pollfd> fds;
+  fds.reserve(extra_fds.size() + 1 + pidfds_.size());
   for (int f : extra_fds) fds.push_back({f, POLLIN, 0});
   if (ino_ >= 0) fds.push_back({ino_, POLLIN, 0});
   for (int f : pidfds_) fds.push_back({f, POLLIN, 0});

@@ -87,6 +87,13 @@ std::string signal_name(int sig);
 // Writes to stderr without buffering; safe from any thread.
 void write_stderr(const std::string& s);
 
+// Runs argv (PATH searched, no shell; stdin and stderr on /dev/null) and
+// returns at most `cap` bytes of its standard output; nullopt when it
+// cannot be run, fails, or is still running after timeout_ms (it is then
+// killed).
+std::optional<std::string> read_command(const std::vector<std::string>& argv, std::size_t cap,
+                                        std::int64_t timeout_ms);
+
 // The width of the terminal on `fd` in columns; 0 when `fd` is not a terminal.
 int terminal_width(int fd);
 
