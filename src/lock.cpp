@@ -677,6 +677,16 @@ class heartbeat_service {
 
 void held_state::stop_heartbeat() { heartbeat_service::get().remove(this); }
 
+// A number for the calling thread that no other thread of this process ever
+// had. std::thread::id values are reused once a thread ends, and a new
+// thread that inherited an ended holder's id must not pass through as a
+// nested acquisition.
+std::uint64_t this_thread_serial() {
+  static std::atomic<std::uint64_t> next{1};
+  thread_local const std::uint64_t mine = next.fetch_add(1);
+  return mine;
+}
+
 // B10: the threads of one process that want the same lock queue here, in
 // arrival order, and only the thread at the front makes the file claim. One
 // gate per lock directory (parent device and inode, and name).
@@ -687,7 +697,7 @@ struct local_gate {
   std::deque<std::uint64_t> queue;  // tickets of waiting threads, oldest first
   std::uint64_t next_ticket = 0;
   bool owned = false;
-  std::thread::id owner;
+  std::uint64_t owner = 0;          // this_thread_serial() of the owning thread
   int depth = 0;                    // acquisitions by the owner thread, nested ones included
   std::shared_ptr<held_state> held;
   std::string inherited_token;      // set when the claim is the parent process's (B11)
@@ -953,7 +963,7 @@ result<lock> acquirer::acquire_slot(const lock_options& opt, const std::string& 
   auto gate = gate_for(*tr);
   std::unique_lock<std::mutex> g(gate->mu);
   // B10: a nested acquisition on the thread that holds the lock passes straight through.
-  if (gate->owned && gate->owner == std::this_thread::get_id()) {
+  if (gate->owned && gate->owner == this_thread_serial()) {
     ++gate->depth;
     return lock(std::make_unique<handle>(handle{gate, false, false, gpu}));
   }
@@ -975,7 +985,7 @@ result<lock> acquirer::acquire_slot(const lock_options& opt, const std::string& 
   }
   leave_queue();
   gate->owned = true;
-  gate->owner = std::this_thread::get_id();
+  gate->owner = this_thread_serial();
   gate->depth = 1;
   g.unlock();
 

@@ -264,3 +264,26 @@ TEST_CASE("gpu_mutex works with std::lock_guard and std::unique_lock across thre
   ol::gpu_mutex missing(bad);
   CHECK_THROWS_AS(missing.lock(), std::system_error);
 }
+
+TEST_CASE("a thread started after the holding thread ended does not pass through as nested (B10)", "[multiprocess][threads]") {
+  temp_dir d;
+  // Taken on a thread that then ends; the lock object lives on here.
+  ol::lock held;
+  std::thread([&] {
+    auto l = ol::lock::acquire(d.lock(), 0ms);
+    if (l) held = std::move(*l);
+  }).join();
+  REQUIRE(held.owns());
+  // New threads often get an ended thread's id back; none may share the lock.
+  for (int i = 0; i < 20; ++i) {
+    bool nested = false, busy = false;
+    std::thread([&] {
+      auto l = ol::lock::acquire(d.lock(), 0ms);
+      nested = l && l->nested();
+      busy = !l && l.err() == ol::errc::busy;
+    }).join();
+    REQUIRE_FALSE(nested);
+    REQUIRE(busy);
+  }
+  REQUIRE_FALSE(held.release());
+}
