@@ -558,9 +558,10 @@ int cmd_run(const args& a, const std::string& path) {
   std::string cmd_name = a.cmd[0];
   const std::int64_t cmd_pid = child->pid();
   const bool term = a.on_lost_term;
-  auto shown = std::make_shared<std::string>(path);  // the slot's path once taken
-  o.on_lost = [shown, cmd_name, cmd_pid, term](const ol::error&) {
-    say("WARNING: the lock " + *shown + " was removed or replaced by someone else while " + cmd_name +
+  // Runs on the library's heartbeat thread; the error names the lock (the
+  // slot's path).
+  o.on_lost = [cmd_name, cmd_pid, term](const ol::error& e) {
+    say("WARNING: the lock " + e.context() + " was removed or replaced by someone else while " + cmd_name +
         " runs; the GPU is no longer reserved for it" + (term ? "; sending it SIGTERM" : ""));
     if (term) proc::send_signal(cmd_pid, SIGTERM);
   };
@@ -579,7 +580,7 @@ int cmd_run(const args& a, const std::string& path) {
     if (l.err() == ol::errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
     return acquire_failed(l.err(), a, path, a.busy_exit);
   }
-  *shown = held_path(path, *l);
+  const std::string shown = held_path(path, *l);
   if (auto e = child->start(l->gpu())) {
     (void)l->release();
     if (child->ended_before_start() >= 0) return child->ended_before_start();
@@ -592,14 +593,14 @@ int cmd_run(const args& a, const std::string& path) {
   ol::error released = l->release();
   child->reap();
   if (released == ol::errc::lost && !a.quiet)
-    say("the lock " + *shown + " had been removed or replaced by someone else before " + cmd_name + " ended");
+    say("the lock " + shown + " had been removed or replaced by someone else before " + cmd_name + " ended");
   return status;
 }
 
 int cmd_hold(const args& a, const std::string& path) {
   ol::lock_options o = options_for(a, path);
-  o.on_lost = [path](const ol::error&) {
-    say("WARNING: the lock " + path + " was removed or replaced by someone else");
+  o.on_lost = [](const ol::error& e) {
+    say("WARNING: the lock " + e.context() + " was removed or replaced by someone else");
   };
   // Signals first (see cmd_run); and a hold whose requester is gone (its
   // stdin closed) gives up waiting instead of taking the lock for nobody.

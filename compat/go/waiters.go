@@ -1,0 +1,423 @@
+package gpulock
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+// Waiter is one offload-lock process waiting for the lock, as recorded in the
+// waiter registry next to the lock directory.
+type Waiter struct {
+	// PID is the waiting process (always positive).
+	PID int
+
+	// Label is what waits (the --label given to offload-lock, or its program
+	// name); "" when the entry holds no string label.
+	Label string
+
+	// Host is the host name the waiter recorded; "" when absent.
+	Host string
+
+	// Since is when its wait began (the entry's "since", epoch milliseconds;
+	// the Unix epoch itself when the entry holds none).
+	Since time.Time
+
+	// Waited is the time since Since, measured when Waiters ran; 0 if Since
+	// lies in the future.
+	Waited time.Duration
+
+	// GPU is the slot the waiter asked for (--gpu K); -1 means it takes the
+	// first free of GPUs slots.
+	GPU int
+
+	// GPUs is the number of slots the waiter chooses among (1 without GPU
+	// slots).
+	GPUs int
+}
+
+const (
+	// maxWaiterEntrySize is the most read of one registry entry; a larger
+	// entry is skipped. A real one is a few hundred bytes.
+	maxWaiterEntrySize = 64 << 10
+
+	// maxWaiterEntries is how many entries (by name) are considered; the
+	// rest are ignored.
+	maxWaiterEntries = 4096
+
+	// maxGPUSlots bounds "gpu" (0..maxGPUSlots-1) and "gpus" (1..maxGPUSlots).
+	maxGPUSlots = 1024
+
+	// bootIDPath holds the id of the running kernel boot.
+	bootIDPath = "/proc/sys/kernel/random/boot_id"
+)
+
+// Waiters lists the offload-lock processes waiting for the lock at lockPath
+// (slot 0's path when there are GPU slots), oldest first. nil when none (or
+// the registry cannot be read).
+//
+// The registry is the directory "<parent>/.<name>.waiters" beside the lock
+// "<parent>/<name>", holding one "<pid>-<12 hex>.json" file per waiter. Only
+// entries whose process still waits are listed: an entry of this host whose
+// boot id is not the current boot's, whose pid is dead or a zombie, or whose
+// pid now belongs to a later process (another start time) is left out. An
+// entry written on another host is listed as is, since its process cannot be
+// checked from here. Entries are ordered by Since, then by PID.
+//
+// Waiters is read-only: it never creates, modifies or removes anything, and
+// follows no symlink (a symlinked registry or entry is ignored). Dead entries
+// stay on disk until offload-lock sweeps them. It is safe for concurrent use.
+func Waiters(lockPath string) []Waiter {
+	dir, ok := waitersDir(lockPath)
+	if !ok {
+		return nil
+	}
+	st, err := os.Lstat(dir)
+	if err != nil || !st.IsDir() {
+		return nil
+	}
+	// O_NOFOLLOW as well as the Lstat above: a directory swapped for a
+	// symlink in between is refused too.
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	d := os.NewFile(uintptr(fd), dir)
+	// Directory order, unsorted, as offload-lock reads it: which entries are
+	// considered past the cap is then the same on both sides.
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil
+	}
+
+	host, _ := os.Hostname()
+	boot := currentBootID()
+	now := time.Now()
+
+	type entry struct {
+		w     Waiter
+		since int64
+	}
+	var found []entry
+	seen := 0
+	for _, name := range names {
+		if !isWaiterEntryName(name) {
+			continue
+		}
+		seen++
+		if seen > maxWaiterEntries {
+			break
+		}
+		data, err := readEntry(filepath.Join(dir, name))
+		if err != nil {
+			continue
+		}
+		rec, ok := parseWaiterRecord(data)
+		if !ok || !rec.waiting(host, boot) {
+			continue
+		}
+		since := time.UnixMilli(rec.since)
+		waited := now.Sub(since)
+		if waited < 0 {
+			waited = 0
+		}
+		found = append(found, entry{
+			w: Waiter{
+				PID:    int(rec.pid),
+				Label:  rec.label,
+				Host:   rec.host,
+				Since:  since,
+				Waited: waited,
+				GPU:    rec.gpu,
+				GPUs:   rec.gpus,
+			},
+			since: rec.since,
+		})
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	sort.SliceStable(found, func(i, j int) bool {
+		if found[i].since != found[j].since {
+			return found[i].since < found[j].since
+		}
+		return found[i].w.PID < found[j].w.PID
+	})
+	out := make([]Waiter, len(found))
+	for i := range found {
+		out[i] = found[i].w
+	}
+	return out
+}
+
+// waitersDir returns the registry directory of the lock at lockPath, splitting
+// the path as offload-lock does: trailing slashes dropped, the last component
+// is the lock's name and the rest (or ".") its parent. Not cleaned otherwise.
+// ok is false when the path names no directory ("" or "/").
+func waitersDir(lockPath string) (dir string, ok bool) {
+	p := lockPath
+	for len(p) > 1 && p[len(p)-1] == '/' {
+		p = p[:len(p)-1]
+	}
+	if p == "" || p == "/" {
+		return "", false
+	}
+	parent, name := ".", p
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		parent, name = p[:i], p[i+1:]
+		if i == 0 {
+			parent = "/"
+		}
+	}
+	return filepath.Join(parent, "."+name+".waiters"), true
+}
+
+// isWaiterEntryName reports whether name is a complete registry entry,
+// "<decimal pid>-<12 lowercase hex>.json". Entries being written are named
+// ".<pid>-<hex>.tmp" and are not complete; nor is any other name.
+func isWaiterEntryName(name string) bool {
+	s := strings.TrimSuffix(name, ".json")
+	if len(s) == len(name) {
+		return false
+	}
+	dash := strings.IndexByte(s, '-')
+	if dash <= 0 || len(s)-dash-1 != 12 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case i < dash:
+			if c < '0' || c > '9' {
+				return false
+			}
+		case i > dash:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// errNotRegular marks a registry entry that is not a regular file.
+var errNotRegular = errors.New("gpulock: registry entry is not a regular file")
+
+// readEntry reads one registry entry without following a symlink and without
+// blocking on a FIFO, failing if it is not a regular file or holds more than
+// maxWaiterEntrySize bytes.
+func readEntry(path string) ([]byte, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, errNotRegular
+	}
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	// Checked again on what was opened, in case the name changed meanwhile.
+	if fst, err := f.Stat(); err != nil || !fst.Mode().IsRegular() {
+		return nil, errNotRegular
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxWaiterEntrySize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxWaiterEntrySize {
+		return nil, errTooLarge
+	}
+	return data, nil
+}
+
+// waiterRecord is one decoded registry entry.
+type waiterRecord struct {
+	pid       int64
+	label     string
+	host      string
+	bootID    string
+	since     int64
+	procTicks uint64
+	gpu       int
+	gpus      int
+}
+
+// utf8BOM is skipped at the start of an entry, as offload-lock's JSON parser
+// does.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// parseWaiterRecord decodes an entry as offload-lock does: it must be one JSON
+// object (valid UTF-8, nothing after it) whose "pid" is an integer literal in
+// 1..2^31-1. Keys are matched exactly (case-sensitively). Every other key is
+// optional and falls back to its default when absent or of another type:
+// label, host and bootId "" unless strings; since 0 unless an integer;
+// procTicks 0 unless a non-negative integer; gpu -1 unless an integer in
+// 0..1023 (null included); gpus 1 unless an integer in 1..1024.
+func parseWaiterRecord(data []byte) (waiterRecord, bool) {
+	data = bytes.TrimPrefix(data, utf8BOM)
+	if !utf8.Valid(data) {
+		return waiterRecord{}, false
+	}
+	var obj map[string]json.RawMessage
+	// A top-level null decodes into a nil map without error: not an object.
+	if err := json.Unmarshal(data, &obj); err != nil || obj == nil {
+		return waiterRecord{}, false
+	}
+	pid, ok := rawInt(obj["pid"])
+	if !ok || pid <= 0 || pid > 1<<31-1 {
+		return waiterRecord{}, false
+	}
+	r := waiterRecord{pid: pid, gpu: -1, gpus: 1}
+	r.label = rawString(obj["label"])
+	r.host = rawString(obj["host"])
+	r.bootID = rawString(obj["bootId"])
+	if v, ok := rawInt(obj["since"]); ok {
+		r.since = v
+	}
+	if v, ok := rawUint(obj["procTicks"]); ok {
+		r.procTicks = v
+	}
+	if v, ok := rawInt(obj["gpu"]); ok && v >= 0 && v < maxGPUSlots {
+		r.gpu = int(v)
+	}
+	if v, ok := rawInt(obj["gpus"]); ok && v >= 1 && v <= maxGPUSlots {
+		r.gpus = int(v)
+	}
+	return r, true
+}
+
+// rawInt returns raw as an int64 when it is a JSON integer literal (no
+// fraction or exponent: 3.0 and 1e2 are not integers) that fits.
+func rawInt(raw json.RawMessage) (int64, bool) {
+	if !isIntegerLiteral(raw) {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	return v, err == nil
+}
+
+// rawUint returns raw as a uint64 when it is a non-negative JSON integer
+// literal that fits.
+func rawUint(raw json.RawMessage) (uint64, bool) {
+	if !isIntegerLiteral(raw) || raw[0] == '-' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(raw), 10, 64)
+	return v, err == nil
+}
+
+// isIntegerLiteral reports whether raw (one JSON value, as json.RawMessage
+// holds it after decoding) is a number without fraction or exponent.
+func isIntegerLiteral(raw json.RawMessage) bool {
+	if len(raw) == 0 {
+		return false
+	}
+	s := raw
+	if s[0] == '-' {
+		s = s[1:]
+	}
+	if len(s) == 0 {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// waiting reports whether the process that wrote r still waits, as far as
+// this host can tell. host and boot are this host's name and boot id ("" when
+// unknown).
+func (r waiterRecord) waiting(host, boot string) bool {
+	if r.pid <= 0 || r.pid > 1<<31-1 {
+		return false
+	}
+	// Another host's process cannot be checked: taken at its word.
+	if r.host != "" && r.host != host {
+		return true
+	}
+	// Written before this boot: its process is gone.
+	if r.bootID != "" && boot != "" && r.bootID != boot {
+		return false
+	}
+	pid := int(r.pid)
+	if !processRunning(pid) {
+		return false
+	}
+	if r.procTicks != 0 {
+		// A pid now running with another start time was reused. When the
+		// start time cannot be read, the probe above decides alone.
+		if _, ticks, ok := readProcStat(pid); ok && ticks != r.procTicks {
+			return false
+		}
+	}
+	return true
+}
+
+// processRunning reports whether pid is a running process: kill(pid, 0)
+// succeeds or fails with EPERM (it exists but belongs to someone else), as
+// Inspect judges a holder, and it is not a zombie (exited, not yet reaped),
+// which kill(pid, 0) cannot tell.
+func processRunning(pid int) bool {
+	if pid > 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	if state, _, ok := readProcStat(pid); ok && (state == 'Z' || state == 'X') {
+		return false
+	}
+	return true
+}
+
+// readProcStat returns the state letter (field 3) and the start time in clock
+// ticks since boot (field 22) from /proc/<pid>/stat. The command name (field
+// 2) is in parentheses and may itself hold spaces and ')', so the fields are
+// counted from after the last ')'. ok is false when the file cannot be read
+// or parsed.
+func readProcStat(pid int) (state byte, startTicks uint64, ok bool) {
+	data, err := readCapped("/proc/"+strconv.Itoa(pid)+"/stat", 4096)
+	if err != nil {
+		return 0, 0, false
+	}
+	paren := bytes.LastIndexByte(data, ')')
+	if paren < 0 {
+		return 0, 0, false
+	}
+	fields := strings.Fields(string(data[paren+1:]))
+	// fields[0] is field 3 (state), fields[19] is field 22 (starttime).
+	if len(fields) < 20 {
+		return 0, 0, false
+	}
+	ticks, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return fields[0][0], ticks, true
+}
+
+// currentBootID returns this boot's id, trimmed, or "" when it cannot be read.
+func currentBootID() string {
+	data, err := readCapped(bootIDPath, 4096)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}

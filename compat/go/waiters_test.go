@@ -1,0 +1,830 @@
+package gpulock
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The waiter registry is written by hand in each test's t.TempDir(): the lock
+// is <tmp>/gpu.lock, its registry <tmp>/.gpu.lock.waiters.
+
+const (
+	regLockName = "gpu.lock"
+	regDirName  = ".gpu.lock.waiters"
+	sinceBase   = int64(1764470000000)
+)
+
+// entryName is a well-formed registry entry name for pid; n makes it unique.
+func entryName(pid, n int) string {
+	return fmt.Sprintf("%d-%012x.json", pid, n)
+}
+
+// selfStartTicks reads this process's start time (field 22 of
+// /proc/self/stat), parsed here independently of the package.
+func selfStartTicks(t *testing.T) uint64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Skipf("no /proc/self/stat: %v", err)
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+	ticks, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil || ticks == 0 {
+		t.Fatalf("starttime %q: %v", fields[19], err)
+	}
+	return ticks
+}
+
+// thisBootID is the current boot id, or "" when it cannot be read.
+func thisBootID() string {
+	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func thisHost(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		t.Skipf("no host name: %v", err)
+	}
+	return h
+}
+
+// zombiePID returns the pid of a child that has exited but is not reaped yet;
+// it is reaped when the test ends.
+func zombiePID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting true: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err == nil {
+			s := string(data)
+			if f := strings.Fields(s[strings.LastIndex(s, ")")+1:]); len(f) > 0 && f[0] == "Z" {
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d never became a zombie", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// rec builds an entry's JSON as offload-lock writes it; fields set to "" in
+// over are left out, others replace the default text of that key.
+type rec struct {
+	pid   string // JSON text of "pid"
+	label string
+	host  string
+	since int64
+	gpu   string // JSON text; "" means null
+	gpus  string // JSON text; "" means 1
+	boot  string
+	ticks uint64
+}
+
+func (r rec) json() string {
+	gpu, gpus := r.gpu, r.gpus
+	if gpu == "" {
+		gpu = "null"
+	}
+	if gpus == "" {
+		gpus = "1"
+	}
+	return fmt.Sprintf(`{"pid":%s,"label":%q,"host":%q,"since":%d,"gpu":%s,"gpus":%s,"bootId":%q,"procTicks":%d}`,
+		r.pid, r.label, r.host, r.since, gpu, gpus, r.boot, r.ticks) + "\n"
+}
+
+// file is one directory entry of a registry to create.
+type file struct {
+	name string
+	data string
+	// link, when set, makes name a symlink to this target instead.
+	link string
+	// fifo makes name a FIFO; dir makes it a directory.
+	fifo, dir bool
+}
+
+// writeRegistry creates the registry directory under tmp with the files.
+func writeRegistry(t *testing.T, regDir string, files []file) {
+	t.Helper()
+	if err := os.MkdirAll(regDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		p := filepath.Join(regDir, f.name)
+		var err error
+		switch {
+		case f.link != "":
+			err = os.Symlink(f.link, p)
+		case f.fifo:
+			err = syscall.Mkfifo(p, 0o600)
+		case f.dir:
+			err = os.Mkdir(p, 0o700)
+		default:
+			err = os.WriteFile(p, []byte(f.data), 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// want is the expected part of a Waiter (Waited is checked separately).
+type want struct {
+	pid   int
+	label string
+	host  string
+	since int64
+	gpu   int
+	gpus  int
+}
+
+func (w want) String() string {
+	return fmt.Sprintf("{pid %d label %q host %q since %d gpu %d gpus %d}", w.pid, w.label, w.host, w.since, w.gpu, w.gpus)
+}
+
+func gotWants(ws []Waiter) []want {
+	var out []want
+	for _, w := range ws {
+		out = append(out, want{w.PID, w.Label, w.Host, w.Since.UnixMilli(), w.GPU, w.GPUs})
+	}
+	return out
+}
+
+// waiterCase is one hand-written registry and the waiters it holds.
+type waiterCase struct {
+	name  string
+	files []file
+	// noDir: the registry directory is not created at all.
+	noDir bool
+	// needBoot: the row depends on reading this boot's id.
+	needBoot bool
+	want     []want
+}
+
+// waiterCases builds the table rows. Its entries refer to this test process
+// (alive), a reaped child (dead) and an unreaped one (zombie, reaped when
+// the test ends).
+func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
+	t.Helper()
+	self := os.Getpid()
+	selfS := strconv.Itoa(self)
+	ticks := selfStartTicks(t)
+	host := thisHost(t)
+	boot := thisBootID()
+	dead := deadPID(t)
+	zombie := zombiePID(t)
+
+	// live is an entry of this test process, as offload-lock would write it
+	// for itself.
+	live := rec{pid: selfS, label: "live", host: host, since: sinceBase, boot: boot, ticks: ticks}
+	liveWant := want{self, "live", host, sinceBase, -1, 1}
+	with := func(r rec, edit func(*rec)) rec { edit(&r); return r }
+	one := func(r rec) []file { return []file{{name: entryName(self, 1), data: r.json()}} }
+	raw := func(s string) []file { return []file{{name: entryName(self, 1), data: s}} }
+
+	// An entry exactly at the read cap is read; one byte more is skipped.
+	liveJSON = live.json()
+	atCap := liveJSON + strings.Repeat(" ", maxWaiterEntrySize-len(liveJSON))
+	overCap := atCap + " "
+
+	cases = []waiterCase{
+		{name: "no registry directory", noDir: true},
+		{name: "empty registry"},
+		{name: "live entry", files: one(live), want: []want{liveWant}},
+		{name: "live entry without procTicks", files: one(with(live, func(r *rec) { r.ticks = 0 })), want: []want{liveWant}},
+		{name: "live entry without host or bootId", files: one(with(live, func(r *rec) { r.host, r.boot = "", "" })),
+			want: []want{{self, "live", "", sinceBase, -1, 1}}},
+		{name: "minimal object", files: raw(`{"pid":` + selfS + `}`), want: []want{{self, "", "", 0, -1, 1}}},
+		{name: "dead pid", files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0 }).json()}}},
+		{name: "dead pid without host", files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.host, r.ticks = "", 0 }).json()}}},
+		{name: "zombie pid", files: []file{{name: entryName(zombie, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(zombie); r.ticks = 0 }).json()}}},
+		{name: "pid reused (other procTicks)", files: one(with(live, func(r *rec) { r.ticks = ticks + 1 }))},
+		{name: "other boot", needBoot: true, files: one(with(live, func(r *rec) { r.boot = "00000000-0000-0000-0000-000000000000" }))},
+		{name: "other host kept even with a dead pid and other boot",
+			files: []file{{name: entryName(dead, 1), data: rec{pid: strconv.Itoa(dead), label: "far", host: host + "-elsewhere", since: sinceBase, boot: "x", ticks: 1}.json()}},
+			want:  []want{{dead, "far", host + "-elsewhere", sinceBase, -1, 1}}},
+
+		// Names: only "<pid>-<12 lowercase hex>.json" is read.
+		{name: "bad names and files being written", files: []file{
+			{name: "." + strings.TrimSuffix(entryName(self, 1), ".json") + ".tmp", data: liveJSON},
+			{name: "." + entryName(self, 2), data: liveJSON},
+			{name: strings.TrimSuffix(entryName(self, 3), ".json") + ".tmp", data: liveJSON},
+			{name: selfS + "-0123456789AB.json", data: liveJSON},
+			{name: selfS + "-0123456789a.json", data: liveJSON},
+			{name: selfS + "-0123456789abc.json", data: liveJSON},
+			{name: selfS + "-0123456789ag.json", data: liveJSON},
+			{name: "-0123456789ab.json", data: liveJSON},
+			{name: "x" + selfS + "-0123456789ab.json", data: liveJSON},
+			{name: "+" + selfS + "-0123456789ab.json", data: liveJSON},
+			{name: selfS + "-0123456789ab.JSON", data: liveJSON},
+			{name: selfS + "-0123456789ab.json.bak", data: liveJSON},
+			{name: selfS + "-0123456789ab", data: liveJSON},
+			{name: selfS + "_0123456789ab.json", data: liveJSON},
+			{name: "meta.json", data: liveJSON},
+		}},
+		{name: "good name beside bad ones", files: []file{
+			{name: "." + strings.TrimSuffix(entryName(self, 1), ".json") + ".tmp", data: liveJSON},
+			{name: entryName(self, 2), data: liveJSON},
+			{name: selfS + "-0123456789AB.json", data: liveJSON},
+		}, want: []want{liveWant}},
+		{name: "pid in the name is not checked", files: []file{{name: entryName(dead, 1), data: liveJSON}}, want: []want{liveWant}},
+
+		// Size.
+		{name: "entry at the 64 KiB cap", files: raw(atCap), want: []want{liveWant}},
+		{name: "entry over the 64 KiB cap", files: raw(overCap)},
+
+		// Content that is not one object with a positive int pid.
+		{name: "empty file", files: raw("")},
+		{name: "array", files: raw(`[` + liveJSON + `]`)},
+		{name: "null", files: raw("null")},
+		{name: "number", files: raw(selfS)},
+		{name: "string", files: raw(`"` + selfS + `"`)},
+		{name: "garbage", files: raw("not json")},
+		{name: "truncated object", files: raw(liveJSON[:len(liveJSON)/2])},
+		{name: "trailing garbage", files: raw(strings.TrimSpace(liveJSON) + " x")},
+		{name: "two objects", files: raw(liveJSON + liveJSON)},
+		{name: "invalid UTF-8", files: raw(`{"pid":` + selfS + `,"label":"a` + "\xff" + `"}`)},
+		{name: "UTF-8 BOM is skipped", files: raw("\xEF\xBB\xBF" + liveJSON), want: []want{liveWant}},
+		{name: "pid missing", files: raw(`{"label":"x"}`)},
+		{name: "pid as string", files: one(with(live, func(r *rec) { r.pid = `"` + selfS + `"` }))},
+		{name: "pid null", files: one(with(live, func(r *rec) { r.pid = "null" }))},
+		{name: "pid 0", files: one(with(live, func(r *rec) { r.pid = "0" }))},
+		{name: "pid -0", files: one(with(live, func(r *rec) { r.pid = "-0" }))},
+		{name: "pid negative", files: one(with(live, func(r *rec) { r.pid = "-" + selfS }))},
+		{name: "pid -1", files: one(with(live, func(r *rec) { r.pid = "-1" }))},
+		{name: "pid float", files: one(with(live, func(r *rec) { r.pid = selfS + ".5" }))},
+		{name: "pid integral float", files: one(with(live, func(r *rec) { r.pid = selfS + ".0" }))},
+		{name: "pid exponent", files: one(with(live, func(r *rec) { r.pid = selfS + "e0" }))},
+		{name: "pid 2^31", files: one(with(live, func(r *rec) { r.pid = "2147483648"; r.host = host + "-elsewhere" }))},
+		{name: "pid 2^31-1 (other host)", files: one(with(live, func(r *rec) { r.pid = "2147483647"; r.host = "far" })),
+			want: []want{{2147483647, "live", "far", sinceBase, -1, 1}}},
+		{name: "pid 2^64", files: one(with(live, func(r *rec) { r.pid = "18446744073709551616"; r.host = "far" }))},
+		{name: "key PID is not pid", files: raw(`{"PID":` + selfS + `}`)},
+		{name: "last duplicate pid wins", files: raw(`{"pid":` + selfS + `,"pid":"x"}`)},
+		{name: "label not a string", files: raw(`{"pid":` + selfS + `,"label":7,"host":["h"]}`), want: []want{{self, "", "", 0, -1, 1}}},
+		{name: "procTicks negative is ignored", files: raw(`{"pid":` + selfS + `,"procTicks":-1}`), want: []want{{self, "", "", 0, -1, 1}}},
+		{name: "procTicks float is ignored", files: raw(`{"pid":` + selfS + `,"procTicks":1.5}`), want: []want{{self, "", "", 0, -1, 1}}},
+		{name: "since float is ignored", files: raw(`{"pid":` + selfS + `,"since":1.5}`), want: []want{{self, "", "", 0, -1, 1}}},
+
+		// gpu and gpus.
+		{name: "gpu null", files: one(with(live, func(r *rec) { r.gpu = "null" })), want: []want{liveWant}},
+		{name: "gpu 0", files: one(with(live, func(r *rec) { r.gpu = "0" })), want: []want{{self, "live", host, sinceBase, 0, 1}}},
+		{name: "gpu 3 of 4", files: one(with(live, func(r *rec) { r.gpu, r.gpus = "3", "4" })), want: []want{{self, "live", host, sinceBase, 3, 4}}},
+		{name: "gpu 1023 gpus 1024", files: one(with(live, func(r *rec) { r.gpu, r.gpus = "1023", "1024" })), want: []want{{self, "live", host, sinceBase, 1023, 1024}}},
+		{name: "gpu 1024 gpus 1025", files: one(with(live, func(r *rec) { r.gpu, r.gpus = "1024", "1025" })), want: []want{liveWant}},
+		{name: "gpu -1 gpus 0", files: one(with(live, func(r *rec) { r.gpu, r.gpus = "-1", "0" })), want: []want{liveWant}},
+		{name: "gpu -2 gpus -3", files: one(with(live, func(r *rec) { r.gpu, r.gpus = "-2", "-3" })), want: []want{liveWant}},
+		{name: "gpu and gpus as strings", files: one(with(live, func(r *rec) { r.gpu, r.gpus = `"2"`, `"4"` })), want: []want{liveWant}},
+		{name: "gpu and gpus as floats", files: one(with(live, func(r *rec) { r.gpu, r.gpus = "2.0", "4.0" })), want: []want{liveWant}},
+		{name: "gpus without gpu", files: one(with(live, func(r *rec) { r.gpus = "8" })), want: []want{{self, "live", host, sinceBase, -1, 8}}},
+
+		// Ordering: since, then pid.
+		{name: "oldest first, then by pid", files: []file{
+			{name: entryName(self, 1), data: with(live, func(r *rec) { r.since = sinceBase + 300; r.label = "c" }).json()},
+			{name: entryName(50, 2), data: rec{pid: "50", label: "b", host: "far", since: sinceBase + 100}.json()},
+			{name: entryName(self, 3), data: with(live, func(r *rec) { r.since = sinceBase + 200; r.label = "d" }).json()},
+			{name: entryName(40, 4), data: rec{pid: "40", label: "a", host: "far", since: sinceBase + 100}.json()},
+			{name: entryName(dead, 5), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.since = sinceBase; r.ticks = 0 }).json()},
+			{name: entryName(60, 6), data: rec{pid: "60", label: "e", host: "far", since: sinceBase + 1000}.json()},
+			{name: entryName(7, 7), data: rec{pid: "7", label: "f", host: "far", since: sinceBase + 1000}.json()},
+		}, want: []want{
+			{40, "a", "far", sinceBase + 100, -1, 1},
+			{50, "b", "far", sinceBase + 100, -1, 1},
+			{self, "d", host, sinceBase + 200, -1, 1},
+			{self, "c", host, sinceBase + 300, -1, 1},
+			{7, "f", "far", sinceBase + 1000, -1, 1},
+			{60, "e", "far", sinceBase + 1000, -1, 1},
+		}},
+
+		// File types: only regular files are read, never through a link.
+		{name: "symlinked entry", files: []file{{name: entryName(self, 1), link: "../target.json"}}},
+		{name: "dangling symlinked entry", files: []file{{name: entryName(self, 1), link: "../missing.json"}}},
+		{name: "directory named as an entry", files: []file{{name: entryName(self, 1), dir: true}}},
+		{name: "FIFO named as an entry", files: []file{{name: entryName(self, 1), fifo: true}}},
+	}
+	if boot == "" {
+		for i := range cases {
+			if cases[i].needBoot {
+				cases = append(cases[:i], cases[i+1:]...)
+				break
+			}
+		}
+	}
+	return cases, liveJSON
+}
+
+// setUpCase writes the case's registry in a new temporary directory and
+// returns the lock path.
+func setUpCase(t *testing.T, tc waiterCase, liveJSON string) string {
+	t.Helper()
+	tmp := t.TempDir()
+	// A live entry outside the registry, for the symlink rows.
+	if err := os.WriteFile(filepath.Join(tmp, "target.json"), []byte(liveJSON), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !tc.noDir {
+		writeRegistry(t, filepath.Join(tmp, regDirName), tc.files)
+	}
+	return filepath.Join(tmp, regLockName)
+}
+
+func TestWaiters(t *testing.T) {
+	cases, liveJSON := waiterCases(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := listWithin(t, setUpCase(t, tc, liveJSON))
+			checkWaiters(t, got, tc.want)
+		})
+	}
+}
+
+// TestWaitersMatchesOffloadLock reads every table registry with both Waiters
+// and `offload-lock --json status`, which must list the same waiters in the
+// same order.
+func TestWaitersMatchesOffloadLock(t *testing.T) {
+	bin := offloadLockBin(t)
+	if bin == "" {
+		t.Skip("offload-lock binary not found (set OFFLOAD_LOCK_BIN or build it into ../../build)")
+	}
+	cases, liveJSON := waiterCases(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lockPath := setUpCase(t, tc, liveJSON)
+			var stdout, stderr bytes.Buffer
+			cmd := exec.Command(bin, "--lock", lockPath, "--json", "status")
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			// Exit status 1 means free, the usual case here.
+			if err := cmd.Run(); err != nil {
+				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+					t.Fatalf("status: %v; stderr: %s", err, stderr.String())
+				}
+			}
+			var board struct {
+				Waiters []struct {
+					PID   int    `json:"pid"`
+					Label string `json:"label"`
+					Host  string `json:"host"`
+					Since int64  `json:"since"`
+					GPU   *int   `json:"gpu"`
+					GPUs  int    `json:"gpus"`
+				} `json:"waiters"`
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &board); err != nil {
+				t.Fatalf("status output %q: %v", stdout.String(), err)
+			}
+			var theirs []want
+			for _, w := range board.Waiters {
+				gpu := -1
+				if w.GPU != nil {
+					gpu = *w.GPU
+				}
+				theirs = append(theirs, want{w.PID, w.Label, w.Host, w.Since, gpu, w.GPUs})
+			}
+			ours := gotWants(listWithin(t, lockPath))
+			if fmt.Sprint(ours) != fmt.Sprint(theirs) {
+				t.Fatalf("Waiters %v\noffload-lock %v", ours, theirs)
+			}
+		})
+	}
+}
+
+// listWithin runs Waiters under a watchdog, so that a FIFO that blocked it
+// fails the test instead of hanging it.
+func listWithin(t *testing.T, lockPath string) []Waiter {
+	t.Helper()
+	done := make(chan []Waiter, 1)
+	go func() { done <- Waiters(lockPath) }()
+	select {
+	case ws := <-done:
+		return ws
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Waiters(%q) did not return within 10s", lockPath)
+		return nil
+	}
+}
+
+func checkWaiters(t *testing.T, got []Waiter, wantList []want) {
+	t.Helper()
+	if len(wantList) == 0 {
+		if got != nil {
+			t.Fatalf("got %v (%d waiters), want nil", gotWants(got), len(got))
+		}
+		return
+	}
+	g := gotWants(got)
+	if fmt.Sprint(g) != fmt.Sprint(wantList) {
+		t.Fatalf("got  %v\nwant %v", g, wantList)
+	}
+	now := time.Now()
+	for _, w := range got {
+		max := now.Sub(w.Since)
+		if max < 0 {
+			max = 0
+		}
+		if w.Waited < 0 || w.Waited > max {
+			t.Errorf("pid %d: Waited %v, want in [0, %v]", w.PID, w.Waited, max)
+		}
+	}
+}
+
+// TestWaitersOrder checks the order on many ties, written in shuffled order
+// under random names, so that the directory's own order cannot pass for it.
+func TestWaitersOrder(t *testing.T) {
+	tmp := t.TempDir()
+	var wantList []want
+	for g := int64(0); g < 3; g++ {
+		for pid := 100; pid < 120; pid++ {
+			wantList = append(wantList, want{pid, "", "far", sinceBase + g, -1, 1})
+		}
+	}
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	var files []file
+	for i, k := range rng.Perm(len(wantList)) {
+		w := wantList[k]
+		files = append(files, file{
+			name: fmt.Sprintf("%d-%012x.json", w.pid, rng.Int63n(1<<40)<<8|int64(i)),
+			data: rec{pid: strconv.Itoa(w.pid), host: w.host, since: w.since}.json(),
+		})
+	}
+	writeRegistry(t, filepath.Join(tmp, regDirName), files)
+	checkWaiters(t, Waiters(filepath.Join(tmp, regLockName)), wantList)
+}
+
+func TestWaitersWaitedNeverNegative(t *testing.T) {
+	tmp := t.TempDir()
+	future := time.Now().Add(time.Hour).UnixMilli()
+	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
+		{name: entryName(1, 1), data: rec{pid: "1", label: "future", host: "far", since: future}.json()},
+	})
+	got := Waiters(filepath.Join(tmp, regLockName))
+	if len(got) != 1 || got[0].Waited != 0 || got[0].Since.UnixMilli() != future {
+		t.Fatalf("got %+v, want one waiter since %d with Waited 0", got, future)
+	}
+
+	recent := time.Now().Add(-time.Minute)
+	tmp = t.TempDir()
+	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
+		{name: entryName(1, 1), data: rec{pid: "1", host: "far", since: recent.UnixMilli()}.json()},
+	})
+	got = Waiters(filepath.Join(tmp, regLockName))
+	if len(got) != 1 || got[0].Waited < time.Minute-time.Second || got[0].Waited > time.Minute+10*time.Second {
+		t.Fatalf("got %+v, want one waiter that has waited about a minute", got)
+	}
+}
+
+func TestWaitersRegistryNotADirectory(t *testing.T) {
+	self := os.Getpid()
+	liveJSON := rec{pid: strconv.Itoa(self), label: "live"}.json()
+
+	t.Run("symlink to a real registry", func(t *testing.T) {
+		tmp := t.TempDir()
+		real := filepath.Join(tmp, "real")
+		writeRegistry(t, real, []file{{name: entryName(self, 1), data: liveJSON}})
+		if err := os.Symlink(real, filepath.Join(tmp, regDirName)); err != nil {
+			t.Fatal(err)
+		}
+		if got := Waiters(filepath.Join(tmp, regLockName)); got != nil {
+			t.Fatalf("through a symlinked registry: got %v, want nil", gotWants(got))
+		}
+		// The same directory, named as the registry, is read: the link alone
+		// is what hides it.
+		if err := os.Remove(filepath.Join(tmp, regDirName)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(real, filepath.Join(tmp, regDirName)); err != nil {
+			t.Fatal(err)
+		}
+		if got := Waiters(filepath.Join(tmp, regLockName)); len(got) != 1 || got[0].PID != self {
+			t.Fatalf("real registry: got %v, want this process", gotWants(got))
+		}
+	})
+	t.Run("regular file", func(t *testing.T) {
+		tmp := t.TempDir()
+		if err := os.WriteFile(filepath.Join(tmp, regDirName), []byte(liveJSON), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := Waiters(filepath.Join(tmp, regLockName)); got != nil {
+			t.Fatalf("got %v, want nil", gotWants(got))
+		}
+	})
+	t.Run("symlinked parent is followed", func(t *testing.T) {
+		// Only the registry itself and its entries must not be links; the
+		// lock's parent may be reached through one, as with the lock.
+		tmp := t.TempDir()
+		writeRegistry(t, filepath.Join(tmp, "real", regDirName), []file{{name: entryName(self, 1), data: liveJSON}})
+		if err := os.Symlink(filepath.Join(tmp, "real"), filepath.Join(tmp, "link")); err != nil {
+			t.Fatal(err)
+		}
+		if got := Waiters(filepath.Join(tmp, "link", regLockName)); len(got) != 1 {
+			t.Fatalf("got %v, want this process", gotWants(got))
+		}
+	})
+	t.Run("unreadable registry", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			t.Skip("root reads any directory")
+		}
+		tmp := t.TempDir()
+		reg := filepath.Join(tmp, regDirName)
+		writeRegistry(t, reg, []file{{name: entryName(self, 1), data: liveJSON}})
+		if err := os.Chmod(reg, 0); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(reg, 0o700)
+		if got := Waiters(filepath.Join(tmp, regLockName)); got != nil {
+			t.Fatalf("got %v, want nil", gotWants(got))
+		}
+	})
+}
+
+func TestWaitersEntryCap(t *testing.T) {
+	tmp := t.TempDir()
+	reg := filepath.Join(tmp, regDirName)
+	var files []file
+	// Files being written and foreign names do not count towards the cap.
+	for i := 0; i < 20; i++ {
+		files = append(files, file{name: fmt.Sprintf(".%d-%012x.tmp", i+1, i), data: "{}"})
+		files = append(files, file{name: fmt.Sprintf("other-%d", i), data: "{}"})
+	}
+	for i := 0; i < maxWaiterEntries; i++ {
+		files = append(files, file{name: entryName(i+1, i), data: rec{pid: strconv.Itoa(i + 1), host: "far", since: sinceBase + int64(i)}.json()})
+	}
+	writeRegistry(t, reg, files)
+	lockPath := filepath.Join(tmp, regLockName)
+	got := Waiters(lockPath)
+	if len(got) != maxWaiterEntries {
+		t.Fatalf("%d entries: got %d waiters, want all", maxWaiterEntries, len(got))
+	}
+	for i := range got {
+		if got[i].PID != i+1 {
+			t.Fatalf("waiter %d has pid %d, want %d (oldest first)", i, got[i].PID, i+1)
+		}
+	}
+
+	// Past the cap, the extra entries are not considered.
+	writeRegistry(t, reg, []file{
+		{name: entryName(90001, 1), data: rec{pid: "90001", host: "far", since: 1}.json()},
+		{name: entryName(90002, 2), data: rec{pid: "90002", host: "far", since: 2}.json()},
+	})
+	if got := Waiters(lockPath); len(got) != maxWaiterEntries {
+		t.Fatalf("%d entries: got %d waiters, want %d", maxWaiterEntries+2, len(got), maxWaiterEntries)
+	}
+}
+
+func TestWaitersDir(t *testing.T) {
+	tests := []struct {
+		lock, dir string
+	}{
+		{"/tmp/local-offload-gpu.lock", "/tmp/.local-offload-gpu.lock.waiters"},
+		{"/tmp/local-offload-gpu.lock/", "/tmp/.local-offload-gpu.lock.waiters"},
+		{"/tmp/local-offload-gpu.lock//", "/tmp/.local-offload-gpu.lock.waiters"},
+		{"/gpu.lock", "/.gpu.lock.waiters"},
+		{"gpu.lock", ".gpu.lock.waiters"},
+		{"a/b/gpu.lock", "a/b/.gpu.lock.waiters"},
+		{"", ""},
+		{"/", ""},
+		{"//", ""},
+	}
+	for _, tc := range tests {
+		dir, ok := waitersDir(tc.lock)
+		if dir != tc.dir || ok != (tc.dir != "") {
+			t.Errorf("waitersDir(%q) = %q, %t; want %q", tc.lock, dir, ok, tc.dir)
+		}
+	}
+	if got := Waiters(""); got != nil {
+		t.Errorf(`Waiters("") = %v, want nil`, got)
+	}
+}
+
+func TestWaitersRelativeLockPath(t *testing.T) {
+	tmp := t.TempDir()
+	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
+		{name: entryName(1, 1), data: rec{pid: "1", label: "rel", host: "far"}.json()},
+	})
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chdir(tmp); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	if got := Waiters(regLockName); len(got) != 1 || got[0].Label != "rel" {
+		t.Fatalf("got %v, want the entry of ./%s", gotWants(got), regDirName)
+	}
+}
+
+// snapshot lists every path under root with its mode, size, mtime and
+// contents.
+func snapshot(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v %d %d", p, fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+		if fi.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " %q", data)
+		}
+		b.WriteByte('\n')
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestWaitersDoesNotModify(t *testing.T) {
+	tmp := t.TempDir()
+	dead := deadPID(t)
+	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
+		{name: entryName(dead, 1), data: rec{pid: strconv.Itoa(dead)}.json()},
+		{name: entryName(os.Getpid(), 2), data: rec{pid: strconv.Itoa(os.Getpid())}.json()},
+		{name: ".1-000000000000.tmp", data: "{"},
+		{name: "junk", data: "x"},
+	})
+	before := snapshot(t, tmp)
+	if got := Waiters(filepath.Join(tmp, regLockName)); len(got) != 1 {
+		t.Fatalf("got %v, want only this process", gotWants(got))
+	}
+	if after := snapshot(t, tmp); after != before {
+		t.Fatalf("Waiters changed the tree:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+
+	// With no registry, none is created.
+	empty := t.TempDir()
+	Waiters(filepath.Join(empty, regLockName))
+	if names, _ := os.ReadDir(empty); len(names) != 0 {
+		t.Fatalf("Waiters created %v", names)
+	}
+}
+
+// offloadLockBin is the offload-lock CLI: $OFFLOAD_LOCK_BIN, else the build
+// tree's. "" when missing.
+func offloadLockBin(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("OFFLOAD_LOCK_BIN")
+	if bin == "" {
+		bin = filepath.Join("..", "..", "build", "offload-lock")
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return ""
+	}
+	if st, err := os.Stat(abs); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	return abs
+}
+
+// TestWaitersOffloadLock checks Waiters against the registry a real
+// offload-lock waiter keeps: a holder holds the lock, a second process waits
+// for it, shows up in Waiters, and is gone once it got the lock and ended.
+func TestWaitersOffloadLock(t *testing.T) {
+	bin := offloadLockBin(t)
+	if bin == "" {
+		t.Skip("offload-lock binary not found (set OFFLOAD_LOCK_BIN or build it into ../../build)")
+	}
+	tmp := t.TempDir()
+	lockPath := filepath.Join(tmp, regLockName)
+	deadline := time.Now().Add(30 * time.Second)
+
+	// The holder holds until its stdin is closed.
+	holder := exec.Command(bin, "--lock", lockPath, "hold", "--label", "holder")
+	holdIn, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdOut, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holdErr bytes.Buffer
+	holder.Stderr = &holdErr
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	holderDone := make(chan error, 1)
+	t.Cleanup(func() {
+		holdIn.Close()
+		select {
+		case <-holderDone:
+		case <-time.After(5 * time.Second):
+			_ = holder.Process.Kill()
+			<-holderDone
+		}
+	})
+	acquired := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(holdOut)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "acquired ") {
+				acquired <- sc.Text()
+			}
+		}
+		_, _ = io.Copy(io.Discard, holdOut)
+		holderDone <- holder.Wait()
+	}()
+	select {
+	case <-acquired:
+	case err := <-holderDone:
+		holderDone <- err
+		t.Fatalf("holder exited before acquiring: %v; stderr: %s", err, holdErr.String())
+	case <-time.After(time.Until(deadline)):
+		t.Fatalf("holder did not acquire; stderr: %s", holdErr.String())
+	}
+	if got := Waiters(lockPath); got != nil {
+		t.Fatalf("before anyone waits: got %v, want nil", gotWants(got))
+	}
+
+	// The waiter registers after it has waited 100 ms.
+	var runErr bytes.Buffer
+	run := exec.Command(bin, "--lock", lockPath, "run", "--label", "go-visible", "--", "true")
+	run.Stderr = &runErr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- run.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-runDone:
+		default:
+			_ = run.Process.Kill()
+			<-runDone
+		}
+	})
+
+	var got []Waiter
+	for {
+		got = Waiters(lockPath)
+		if len(got) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiting run never showed up; its stderr: %s", runErr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w := got[0]
+	if len(got) != 1 || w.PID != run.Process.Pid || w.Label != "go-visible" || w.GPU != -1 || w.GPUs != 1 {
+		t.Fatalf("got %+v, want one waiter: pid %d label go-visible gpu -1 gpus 1", got, run.Process.Pid)
+	}
+	if host, _ := os.Hostname(); w.Host != host {
+		t.Errorf("Host %q, want %q", w.Host, host)
+	}
+	if w.Waited < 0 || time.Since(w.Since) < 0 || time.Since(w.Since) > time.Minute {
+		t.Errorf("Since %v Waited %v: not a wait that began just now", w.Since, w.Waited)
+	}
+
+	// Released: the run gets the lock, runs true, and leaves the registry.
+	holdIn.Close()
+	select {
+	case err := <-runDone:
+		runDone <- err
+		if err != nil {
+			t.Fatalf("run: %v; stderr: %s", err, runErr.String())
+		}
+	case <-time.After(time.Until(deadline)):
+		t.Fatalf("run did not finish after the release; stderr: %s", runErr.String())
+	}
+	for {
+		got = Waiters(lockPath)
+		if got == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the release: still %v", gotWants(got))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
