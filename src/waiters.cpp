@@ -204,7 +204,9 @@ std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_
     w.label = r.label;
     w.host = r.host;
     w.since = r.since;
-    w.waited = milliseconds(std::max<std::int64_t>(0, now_ms - r.since));
+    // A missing or nonsensical start (0, negative, in the future) reads as
+    // no time waited rather than decades.
+    w.waited = milliseconds(r.since > 0 && r.since <= now_ms ? now_ms - r.since : 0);
     w.gpu = r.gpu;
     w.gpus = r.gpus;
     out.push_back(std::move(w));

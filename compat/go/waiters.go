@@ -32,8 +32,8 @@ type Waiter struct {
 	// the Unix epoch itself when the entry holds none).
 	Since time.Time
 
-	// Waited is the time since Since, measured when Waiters ran; 0 if Since
-	// lies in the future.
+	// Waited is the time since Since, measured when Waiters ran; 0 when the
+	// entry holds no positive "since" or Since lies in the future.
 	Waited time.Duration
 
 	// GPU is the slot the waiter asked for (--gpu K); -1 means it takes the
@@ -127,8 +127,10 @@ func Waiters(lockPath string) []Waiter {
 			continue
 		}
 		since := time.UnixMilli(rec.since)
+		// A missing or nonsensical start (0, negative, in the future) reads
+		// as no time waited, as offload-lock shows it.
 		waited := now.Sub(since)
-		if waited < 0 {
+		if rec.since <= 0 || waited < 0 {
 			waited = 0
 		}
 		found = append(found, entry{
@@ -261,15 +263,19 @@ type waiterRecord struct {
 var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 
 // parseWaiterRecord decodes an entry as offload-lock does: it must be one JSON
-// object (valid UTF-8, nothing after it) whose "pid" is an integer literal in
-// 1..2^31-1. Keys are matched exactly (case-sensitively). Every other key is
-// optional and falls back to its default when absent or of another type:
-// label, host and bootId "" unless strings; since 0 unless an integer;
+// object (valid UTF-8 without unpaired surrogate escapes, nothing after it,
+// an optional leading byte-order mark) whose "pid" is an integer literal in
+// 1..2^31-1. Keys are matched exactly (case-sensitively); of a repeated key
+// the last counts. Every other key is optional and falls back to its default
+// when absent or of another type: label, host and bootId "" unless strings;
+// since 0 unless an integer (2^63..2^64-1 wrap round to negative values);
 // procTicks 0 unless a non-negative integer; gpu -1 unless an integer in
 // 0..1023 (null included); gpus 1 unless an integer in 1..1024.
 func parseWaiterRecord(data []byte) (waiterRecord, bool) {
 	data = bytes.TrimPrefix(data, utf8BOM)
-	if !utf8.Valid(data) {
+	// encoding/json would replace invalid UTF-8 and unpaired surrogate
+	// escapes with U+FFFD; offload-lock rejects the entry.
+	if !utf8.Valid(data) || hasUnpairedSurrogate(data) {
 		return waiterRecord{}, false
 	}
 	var obj map[string]json.RawMessage
@@ -287,6 +293,10 @@ func parseWaiterRecord(data []byte) (waiterRecord, bool) {
 	r.bootID = rawString(obj["bootId"])
 	if v, ok := rawInt(obj["since"]); ok {
 		r.since = v
+	} else if u, ok := rawUint(obj["since"]); ok {
+		// 2^63 and up: offload-lock reads these as an int64 too, wrapping
+		// round to a negative value.
+		r.since = int64(u)
 	}
 	if v, ok := rawUint(obj["procTicks"]); ok {
 		r.procTicks = v
@@ -298,6 +308,43 @@ func parseWaiterRecord(data []byte) (waiterRecord, bool) {
 		r.gpus = int(v)
 	}
 	return r, true
+}
+
+// hasUnpairedSurrogate reports whether data (syntactically valid JSON) holds
+// a \uD800-\uDFFF escape that is not a high surrogate followed directly by
+// a low one. Backslashes occur only inside strings, so every one starts an
+// escape.
+func hasUnpairedSurrogate(data []byte) bool {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			i++ // a two-character escape such as \\ or \"
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			lo, ok := hex4(i + 6)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 11
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		default:
+			i += 5
+		}
+	}
+	return false
 }
 
 // rawInt returns raw as an int64 when it is a JSON integer literal (no
@@ -375,7 +422,7 @@ func (r waiterRecord) waiting(host, boot string) bool {
 // Inspect judges a holder, and it is not a zombie (exited, not yet reaped),
 // which kill(pid, 0) cannot tell.
 func processRunning(pid int) bool {
-	if pid > 0 {
+	if pid <= 0 {
 		return false
 	}
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {

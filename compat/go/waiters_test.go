@@ -268,6 +268,11 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		{name: "trailing garbage", files: raw(strings.TrimSpace(liveJSON) + " x")},
 		{name: "two objects", files: raw(liveJSON + liveJSON)},
 		{name: "invalid UTF-8", files: raw(`{"pid":` + selfS + `,"label":"a` + "\xff" + `"}`)},
+		{name: "lone high surrogate escape", files: raw(`{"pid":` + selfS + `,"label":"a\ud800b"}`)},
+		{name: "lone low surrogate escape", files: raw(`{"pid":` + selfS + `,"label":"a\udc00"}`)},
+		{name: "high surrogate then a non-surrogate", files: raw(`{"pid":` + selfS + `,"host":"\ud800\u0041"}`)},
+		{name: "surrogate pair", files: raw(`{"pid":` + selfS + `,"label":"\ud83d\ude00"}`), want: []want{{self, "\U0001F600", "", 0, -1, 1}}},
+		{name: "escaped backslash before u", files: raw(`{"pid":` + selfS + `,"label":"\\ud800"}`), want: []want{{self, `\ud800`, "", 0, -1, 1}}},
 		{name: "UTF-8 BOM is skipped", files: raw("\xEF\xBB\xBF" + liveJSON), want: []want{liveWant}},
 		{name: "pid missing", files: raw(`{"label":"x"}`)},
 		{name: "pid as string", files: one(with(live, func(r *rec) { r.pid = `"` + selfS + `"` }))},
@@ -288,6 +293,8 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		{name: "label not a string", files: raw(`{"pid":` + selfS + `,"label":7,"host":["h"]}`), want: []want{{self, "", "", 0, -1, 1}}},
 		{name: "procTicks negative is ignored", files: raw(`{"pid":` + selfS + `,"procTicks":-1}`), want: []want{{self, "", "", 0, -1, 1}}},
 		{name: "procTicks float is ignored", files: raw(`{"pid":` + selfS + `,"procTicks":1.5}`), want: []want{{self, "", "", 0, -1, 1}}},
+		{name: "since negative", files: raw(`{"pid":` + selfS + `,"since":-5}`), want: []want{{self, "", "", -5, -1, 1}}},
+		{name: "since 2^63 wraps", files: raw(`{"pid":` + selfS + `,"since":9223372036854775808}`), want: []want{{self, "", "", -1 << 63, -1, 1}}},
 		{name: "since float is ignored", files: raw(`{"pid":` + selfS + `,"since":1.5}`), want: []want{{self, "", "", 0, -1, 1}}},
 
 		// gpu and gpus.
