@@ -147,6 +147,11 @@ std::string child::err_text() const { return read_file(err_path_); }
 std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
 std::string cli_exe() { return OFFLOAD_LOCK_CLI; }
 
+std::vector<std::string> with_lock(const temp_dir& d, std::vector<std::string> args) {
+  args.insert(args.begin(), {"--lock", d.lock()});
+  return args;
+}
+
 cli_result run_cli(const std::vector<std::string>& args, const env_changes& env, ms timeout) {
   child c(cli_exe(), args, env);
   c.close_stdin();

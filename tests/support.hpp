@@ -73,6 +73,8 @@ struct cli_result {
   int code = -1;
   std::string out, err;
 };
+// `--lock <d's lock>` followed by args: an offload-lock command line.
+std::vector<std::string> with_lock(const temp_dir& d, std::vector<std::string> args);
 // Runs offload-lock with args and waits for it (bounded).
 cli_result run_cli(const std::vector<std::string>& args, const env_changes& env = {}, ms timeout = 30s);
 

@@ -545,6 +545,27 @@ bool watcher::watch_pid(std::int64_t pid) {
 
 void watcher::unwatch_pid() { pidfd_.reset(); }
 
+namespace {
+
+// One poll() toward a deadline (monotonic ms, -1 for none). Returns the
+// number of ready descriptors; 0 once the deadline has passed (the first
+// call polls even then, so a timeout of 0 looks once) or on a poll error;
+// -1 to poll again (EINTR, or woken before the deadline with nothing ready).
+int poll_toward(std::vector<struct pollfd>& fds, std::int64_t deadline, bool first) {
+  int t = -1;
+  if (deadline >= 0) {
+    const std::int64_t left = deadline - monotonic_ms();
+    if (left <= 0 && !first) return 0;
+    t = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : static_cast<int>(left);
+  }
+  const int r = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), t);
+  if (r > 0) return r;
+  if (r < 0) return errno == EINTR ? -1 : 0;
+  return deadline >= 0 && monotonic_ms() >= deadline ? 0 : -1;
+}
+
+}  // namespace
+
 watcher::wake watcher::wait(std::int64_t timeout_ms, int extra_fd) {
   return wait(timeout_ms, extra_fd >= 0 ? std::vector<int>{extra_fd} : std::vector<int>{});
 }
@@ -562,23 +583,11 @@ watcher::wake watcher::wait(std::int64_t timeout_ms, const std::vector<int>& ext
   }
   const std::size_t extra_from = fds.size();
   for (int f : extra_fds) fds.push_back({f, POLLIN, 0});
-  std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
+  const std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
   for (bool first = true;; first = false) {
-    int t = -1;
-    if (deadline >= 0) {
-      std::int64_t left = deadline - monotonic_ms();
-      if (left <= 0 && !first) return wake::timeout;
-      t = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : static_cast<int>(left);
-    }
-    int r = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), t);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return wake::timeout;
-    }
-    if (r == 0) {
-      if (deadline >= 0 && monotonic_ms() >= deadline) return wake::timeout;
-      continue;
-    }
+    const int r = poll_toward(fds, deadline, first);
+    if (r == 0) return wake::timeout;
+    if (r < 0) continue;
     if (pid_i >= 0 && fds[static_cast<std::size_t>(pid_i)].revents) return wake::pid_exit;
     for (std::size_t i = extra_from; i < fds.size(); ++i)
       if (fds[i].revents) return wake::extra_fd;
@@ -607,17 +616,11 @@ watcher::wake watcher::wait_any(const std::vector<watcher*>& ws, std::int64_t ti
     fds.push_back({f, POLLIN, 0});
     owner.push_back(ws.size());
   }
-  std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
+  const std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
   for (bool first = true;; first = false) {
-    int t = -1;
-    if (deadline >= 0) {
-      std::int64_t left = deadline - monotonic_ms();
-      if (left <= 0 && !first) return wake::timeout;
-      t = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : static_cast<int>(left);
-    }
-    int r = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), t);
-    if (r < 0 && errno != EINTR) return wake::timeout;
-    if (r <= 0) continue;
+    const int r = poll_toward(fds, deadline, first);
+    if (r == 0) return wake::timeout;
+    if (r < 0) continue;
     for (std::size_t k = 0; k < fds.size(); ++k) {
       if (!fds[k].revents) continue;
       if (owner[k] == ws.size()) return wake::extra_fd;

@@ -16,11 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<std::string> with_lock(const temp_dir& d, std::vector<std::string> args) {
-  args.insert(args.begin(), {"--lock", d.lock()});
-  return args;
-}
-
 json only_json(const std::string& out) {
   REQUIRE(std::count(out.begin(), out.end(), '\n') == 1);
   return json::parse(out);

@@ -23,11 +23,6 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<std::string> with_lock(const temp_dir& d, std::vector<std::string> args) {
-  args.insert(args.begin(), {"--lock", d.lock()});
-  return args;
-}
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream ss(text);
@@ -78,6 +73,18 @@ bool waiter_listed(const std::string& lock, int pid) {
   return false;
 }
 
+// The lock at d, taken by this process with `label` (the waiting tests'
+// holder). Its loss, where a test takes it away, is expected.
+ol::lock held_by(const temp_dir& d, const std::string& label) {
+  ol::lock_options o;
+  o.path = d.lock();
+  o.label = label;
+  o.on_lost = [](const ol::error&) {};
+  auto l = ol::lock::acquire(o);
+  REQUIRE(l);
+  return std::move(*l);
+}
+
 // CPU time a process has used so far (user + system), from /proc.
 std::int64_t cpu_ms(int pid) {
   std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
@@ -101,11 +108,7 @@ std::string host() {
 
 TEST_CASE("status lists the holder and the waiters, oldest first; killed waiters drop out", "[cli][status]") {
   temp_dir d;
-  ol::lock_options o;
-  o.path = d.lock();
-  o.label = "render-video";
-  auto l = ol::lock::acquire(o);
-  REQUIRE(l);
+  auto l = held_by(d, "render-video");
 
   child w1(cli_exe(), with_lock(d, {"run", "--label", "train", "--", "true"}));
   REQUIRE(eventually([&] { return waiter_listed(d.lock(), w1.pid()); }));
@@ -156,7 +159,7 @@ TEST_CASE("status lists the holder and the waiters, oldest first; killed waiters
 
   // Through the queue (in either order): each waiter leaves it when it
   // takes the lock, and the last one out removes the directory.
-  REQUIRE_FALSE(l->release());
+  REQUIRE_FALSE(l.release());
   CHECK(w1.wait() == 0);
   CHECK(w2.wait() == 0);
   CHECK(ol::waiters(d.lock()).empty());
@@ -177,11 +180,7 @@ TEST_CASE("status --prometheus writes the textfile-collector format", "[cli][sta
   CHECK_THAT(free_r.out, Catch::Contains("offload_lock_oldest_wait_seconds{" + lock_label + "} 0.000\n"));
   CHECK_THAT(free_r.out, !Catch::Contains("offload_lock_holder_pid{"));
 
-  ol::lock_options o;
-  o.path = d.lock();
-  o.label = "say \"hi\"\\now";  // quotes and a backslash, escaped in the label value
-  auto l = ol::lock::acquire(o);
-  REQUIRE(l);
+  auto l = held_by(d, "say \"hi\"\\now");  // quotes and a backslash, escaped in the label value
   child w(cli_exe(), with_lock(d, {"run", "--label", "queued", "--", "true"}));
   REQUIRE(eventually([&] { return waiter_listed(d.lock(), w.pid()); }));
 
@@ -213,7 +212,7 @@ TEST_CASE("status --prometheus writes the textfile-collector format", "[cli][sta
   CHECK(values["offload_lock_waiters"] == "1");
   CHECK(std::stod(values["offload_lock_oldest_wait_seconds"]) > 0);
   CHECK_THAT(r.out, Catch::Contains("label=\"say \\\"hi\\\"\\\\now\""));
-  REQUIRE_FALSE(l->release());
+  REQUIRE_FALSE(l.release());
   CHECK(w.wait() == 0);
 }
 
@@ -224,11 +223,7 @@ TEST_CASE("status --watch prints the board again on each change, woken by events
   child watch(cli_exe(), with_lock(d, {"status", "--watch"}));
   CHECK(watch.read_line() == "free");
 
-  ol::lock_options o;
-  o.path = d.lock();
-  o.label = "first";
-  auto l = ol::lock::acquire(o);
-  REQUIRE(l);
+  auto l = held_by(d, "first");
   CHECK(watch.read_line(5s) == "");
   auto held = watch.read_line(5s);
   REQUIRE(held);
@@ -244,7 +239,7 @@ TEST_CASE("status --watch prints the board again on each change, woken by events
   CHECK(watch.read_line(5s) == "");
   CHECK_THAT(watch.read_line(5s).value_or(""), Catch::StartsWith("held by first"));
 
-  REQUIRE_FALSE(l->release());
+  REQUIRE_FALSE(l.release());
   CHECK(watch.read_line(5s) == "");
   CHECK(watch.read_line(5s) == "free");
   // Nothing changes, nothing is printed, and it sleeps rather than spins.
@@ -258,11 +253,7 @@ TEST_CASE("status --watch prints the board again on each change, woken by events
 
 TEST_CASE("status --watch on a terminal redraws in place", "[cli][status]") {
   temp_dir d;
-  ol::lock_options o;
-  o.path = d.lock();
-  o.label = "render-video";
-  auto l = ol::lock::acquire(o);
-  REQUIRE(l);
+  auto l = held_by(d, "render-video");
   auto t = on_terminal({"timeout", "--preserve-status", "-s", "TERM", "2.5", cli_exe(), "--lock", d.lock(), "status", "--watch"});
   std::string out = all_output(*t);
   CHECK(t->wait() == 0);
@@ -275,11 +266,7 @@ TEST_CASE("status --watch on a terminal redraws in place", "[cli][status]") {
 
 TEST_CASE("a waiting command keeps one status line up to date on a terminal", "[cli][status]") {
   temp_dir d;
-  ol::lock_options o;
-  o.path = d.lock();
-  o.label = "render-video";
-  auto l = ol::lock::acquire(o);
-  REQUIRE(l);
+  auto l = held_by(d, "render-video");
   auto t = on_terminal({cli_exe(), "--lock", d.lock(), "run", "--label", "tty-job", "--", "echo", "ran"});
   // Two seconds into its wait (it says so in the registry) it has drawn the
   // line more than once.
@@ -287,7 +274,7 @@ TEST_CASE("a waiting command keeps one status line up to date on a terminal", "[
     auto ws = ol::waiters(d.lock());
     return ws.size() == 1 && ws[0].waited >= 2200ms;
   }));
-  REQUIRE_FALSE(l->release());
+  REQUIRE_FALSE(l.release());
   std::string out = all_output(*t);
   CHECK(t->wait() == 0);
   INFO(out);
@@ -313,12 +300,7 @@ void exchange(const fs::path& a, const fs::path& b) {
 
 TEST_CASE("off a terminal a waiting command says when the holder changes and reminds now and then", "[cli][status]") {
   temp_dir d;
-  ol::lock_options o;
-  o.path = d.lock();
-  o.label = "first-holder";
-  o.on_lost = [](const ol::error&) {};
-  auto l = ol::lock::acquire(o);
-  REQUIRE(l);
+  auto l = held_by(d, "first-holder");
   child c(cli_exe(), with_lock(d, {"run", "--remind", "300ms", "--label", "log-job", "--", "echo", "ran"}));
   REQUIRE(eventually([&] { return c.err_text().find("still waiting for first-holder") != std::string::npos; }));
   CHECK_THAT(c.err_text(), Catch::StartsWith("offload-lock: waiting for first-holder (pid " + std::to_string(::getpid())));
@@ -338,7 +320,7 @@ TEST_CASE("off a terminal a waiting command says when the holder changes and rem
   CHECK(c.wait() == 0);
 
   // --quiet: not a word, though it waited.
-  CHECK(l->release() == ol::errc::lost);
+  CHECK(l.release() == ol::errc::lost);
   auto l2 = ol::lock::acquire(d.lock(), 0ms);
   REQUIRE(l2);
   child q(cli_exe(), with_lock(d, {"--quiet", "run", "--remind", "100ms", "--", "echo", "ran"}));
