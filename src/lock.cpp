@@ -145,6 +145,7 @@ void clean_leftovers(const target& t) {
     }
     if (pid <= 0 || sys::probe(pid) == sys::liveness::alive) continue;
     auto st = sys::stat_at(t.parent.get(), n, n);
+    sys::crash_point("cleanup.leftover");
     if (st && st->is_dir) (void)sys::remove_tree_at(t.parent.get(), n, n);
   }
 }
@@ -167,12 +168,16 @@ result<taken_dir> take_with_mkdir(const target& t, const std::string& bytes, tak
     }
     return e;
   }
+  sys::crash_point("acquire.mkdir-made");
   auto d = sys::open_dir(t.parent.get(), t.name, true, t.path);
   if (!d) return d.err();
   (void)sys::ofd_lock(d->get(), false);
+  sys::crash_point("acquire.mkdir-locked");
   std::string tmp = ".meta.json." + sys::random_hex(6);
   error e = sys::write_new_file_at(d->get(), tmp, bytes, t.path + "/" + tmp);
+  sys::crash_point("acquire.mkdir-meta-staged");
   if (!e) e = sys::rename_at(d->get(), tmp, kMeta, t.path + "/" + kMeta);
+  sys::crash_point("acquire.mkdir-meta-renamed");
   if (e) {
     (void)sys::remove_tree_at(t.parent.get(), t.name, t.path);
     return e;
@@ -192,6 +197,7 @@ result<taken_dir> try_take(const target& t, const std::string& bytes, take_resul
   std::string shown = "staging directory for " + t.path;
   // 0777 minus the umask: the same mode a Node runner's mkdir gives.
   if (auto e = sys::mkdir_at(t.parent.get(), stage, 0777, shown)) return e;
+  sys::crash_point("acquire.stage-made");
   auto cleanup = [&] { (void)sys::remove_tree_at(t.parent.get(), stage, shown); };
   auto d = sys::open_dir(t.parent.get(), stage, true, shown);
   if (!d) {
@@ -199,10 +205,12 @@ result<taken_dir> try_take(const target& t, const std::string& bytes, take_resul
     return d.err();
   }
   (void)sys::ofd_lock(d->get(), false);
+  sys::crash_point("acquire.stage-locked");
   if (auto e = sys::write_new_file_at(d->get(), kMeta, bytes, t.path + "/" + kMeta)) {
     cleanup();
     return e;
   }
+  sys::crash_point("acquire.meta-written");
   auto st = sys::stat_fd(d->get(), shown);
   if (!st) {
     cleanup();
@@ -210,6 +218,7 @@ result<taken_dir> try_take(const target& t, const std::string& bytes, take_resul
   }
   error e = sys::rename_noreplace(t.parent.get(), stage, t.name, t.path);
   if (!e) {
+    sys::crash_point("acquire.renamed");
     how = take_result::taken;
     return taken_dir{std::move(*d), st->id};
   }
@@ -229,7 +238,8 @@ enum class reclaim_result { reclaimed, changed, contended };
 // `id`: checks, moves it aside under a unique name, checks the moved one,
 // then deletes it without following symlinks. `changed` when the path no
 // longer names that directory (nothing removed).
-result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, const std::string& failure) {
+result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, const std::string& failure,
+                                    const char* op) {
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
   if (!st || st->id != id) return reclaim_result::changed;
   std::string aside = aside_prefix(t) + unique_suffix();
@@ -237,6 +247,7 @@ result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, con
     if (e.code() == std::errc::no_such_file_or_directory) return reclaim_result::changed;
     return error(e.code(), failure);
   }
+  sys::crash_point(op, "moved-aside");
   auto moved = sys::stat_at(t.parent.get(), aside, aside);
   if (moved && moved->id != id) {
     // Another participant replaced the directory between the check and the
@@ -252,6 +263,7 @@ result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, con
   // cleans up; the lock path itself is already free.
   if (auto d = sys::open_dir(t.parent.get(), aside, true, aside)) {
     (void)sys::unlink_at(d->get(), kMeta, false, aside);
+    sys::crash_point(op, "meta-removed");
     if (!sys::unlink_at(t.parent.get(), aside, true, aside)) return reclaim_result::reclaimed;
   }
   (void)sys::remove_tree_at(t.parent.get(), aside, aside);
@@ -268,10 +280,11 @@ result<reclaim_result> reclaim(const target& t, observed& o, const verdict& why,
     if (auto e = sys::try_flock_exclusive(o.dir.get())) {
       if (e.code() == std::errc::operation_would_block) return reclaim_result::contended;
     }
+    sys::crash_point("reclaim.flocked");
     read_state(o.dir.get(), t.path, o.snap);
     if (!judge(o.snap, sys::now_ms(), ttl, grace, pv).stale) return reclaim_result::changed;
   }
-  return remove_exact(t, o.snap.id, "cannot remove stale lock " + t.path + " (" + why.reason + ")");
+  return remove_exact(t, o.snap.id, "cannot remove stale lock " + t.path + " (" + why.reason + ")", "reclaim");
 }
 
 struct detailed {
@@ -410,7 +423,9 @@ struct held_state {
         case sys::watcher::wake::timeout:
           if (sys::monotonic_ms() >= next_touch) {
             if (!still_ours()) return kept::lost;
+            sys::crash_point("heartbeat.touch");
             (void)sys::touch_at(dir.get(), kMeta, t.path + "/" + kMeta);
+            sys::crash_point("heartbeat.touched");
             next_touch = sys::monotonic_ms() + period();
           }
           break;
@@ -426,7 +441,8 @@ struct held_state {
     if (released) return {};
     released = true;
     if (!still_ours()) return error(errc::lost, t.path);
-    auto r = remove_exact(t, id, "cannot release lock " + t.path);
+    sys::crash_point("release.checked");
+    auto r = remove_exact(t, id, "cannot release lock " + t.path, "release");
     if (!r) return r.err();
     return *r == reclaim_result::reclaimed ? error{} : error(errc::lost, t.path);
   }
@@ -538,7 +554,9 @@ class heartbeat_service {
           continue;
         }
         if (due) {
+          sys::crash_point("heartbeat.touch");
           (void)sys::touch_at(s.dir.get(), kMeta, s.t.path + "/" + kMeta);
+          sys::crash_point("heartbeat.touched");
           s.next_touch = now + s.period();
         }
       }
@@ -909,7 +927,7 @@ result<release_outcome> release_lock(const std::string& path, const release_requ
       return out;
     }
     d->o.dir.reset();
-    auto r = remove_exact(*t, s.id, "cannot release lock " + path);
+    auto r = remove_exact(*t, s.id, "cannot release lock " + path, "release");
     if (!r) return r.err();
     if (*r == reclaim_result::reclaimed) {
       out.status = release_status::released;

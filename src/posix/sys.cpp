@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -450,6 +451,45 @@ std::optional<std::string> get_env(const std::string& name) {
   const char* v = std::getenv(name.c_str());
   if (!v) return std::nullopt;
   return std::string(v);
+}
+
+// ---- test-only crash points ----
+
+namespace {
+struct crash_spec {
+  std::string step;  // empty: crash points are off (normal use)
+  long nth = 1;
+  mutable std::atomic<long> seen{0};
+  crash_spec() {
+    const char* v = std::getenv("OFFLOAD_LOCK_TEST_CRASH_AT");
+    if (!v || !*v) return;
+    step = v;
+    if (auto at = step.find('@'); at != std::string::npos) {
+      nth = std::max(1L, std::atol(step.c_str() + at + 1));
+      step.resize(at);
+    }
+  }
+};
+const crash_spec& crash_config() {
+  static const crash_spec spec;
+  return spec;
+}
+[[noreturn]] void crash_now() {
+  ::kill(::getpid(), SIGKILL);
+  for (;;) ::pause();
+}
+}  // namespace
+
+void crash_point(const char* step) {
+  const crash_spec& c = crash_config();
+  if (c.step.empty() || c.step != step) return;
+  if (c.seen.fetch_add(1) + 1 == c.nth) crash_now();
+}
+
+void crash_point(const char* op, const char* step) {
+  const crash_spec& c = crash_config();
+  if (c.step.empty()) return;
+  crash_point((std::string(op) + "." + step).c_str());
 }
 
 // ---- watcher ----

@@ -141,6 +141,18 @@ const std::string& host_name();
 std::string program_name();
 std::optional<std::string> get_env(const std::string& name);
 
+// ---- test-only crash points ----
+// Stops this process with SIGKILL at a named step of the protocol when the
+// environment variable OFFLOAD_LOCK_TEST_CRASH_AT names that step, so tests
+// can check that every participant recovers from a crash there. Test-only
+// and inert in normal use: the variable is read once per process, and with
+// it unset each call is one comparison. "STEP" crashes the first time STEP
+// is reached, "STEP@N" the Nth time. The steps are listed where they are
+// called (src/lock.cpp) and in tests/multiprocess/crash_test.cpp.
+void crash_point(const char* step);
+// The same, for a step shared by two operations: "<op>.<step>".
+void crash_point(const char* op, const char* step);
+
 // ---- waiting for change ----
 // Sleeps until something that may change the lock's state happens: the
 // watched directory is removed or moved (and, when asked, a file is written
