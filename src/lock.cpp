@@ -90,6 +90,30 @@ void read_state(int dir, const std::string& path, snapshot& s) {
   s.process_locked = sys::ofd_locked_elsewhere(dir);
 }
 
+// How long one waiter has seen the lock unchanged, by its own monotonic
+// clock (snapshot::unchanged_for_ms): same directory, same mtimes.
+struct watch_clock {
+  bool have = false;
+  sys::file_id id;
+  bool meta_exists = false;
+  std::int64_t dir_mtime = 0, meta_mtime = 0, since = 0;
+
+  void update(snapshot& s) {
+    const std::int64_t now = sys::monotonic_ms();
+    bool same = have && s.present && s.id == id && s.meta_exists == meta_exists && s.dir_mtime_ms == dir_mtime &&
+                s.meta_mtime_ms == meta_mtime;
+    if (!same) {
+      have = s.present;
+      id = s.id;
+      meta_exists = s.meta_exists;
+      dir_mtime = s.dir_mtime_ms;
+      meta_mtime = s.meta_mtime_ms;
+      since = now;
+    }
+    s.unchanged_for_ms = now - since;
+  }
+};
+
 struct observed {
   snapshot snap;
   sys::fd dir;  // the directory judged, when it could be opened
@@ -281,7 +305,11 @@ result<reclaim_result> reclaim(const target& t, observed& o, const verdict& why,
       if (e.code() == std::errc::operation_would_block) return reclaim_result::contended;
     }
     sys::crash_point("reclaim.flocked");
+    const bool had_meta = o.snap.meta_exists;
+    const std::int64_t had_mtime = o.snap.meta_mtime_ms;
     read_state(o.dir.get(), t.path, o.snap);
+    // Refreshed since it was judged: the time seen unchanged starts again.
+    if (o.snap.meta_exists != had_meta || o.snap.meta_mtime_ms != had_mtime) o.snap.unchanged_for_ms = 0;
     if (!judge(o.snap, sys::now_ms(), ttl, grace, pv).stale) return reclaim_result::changed;
   }
   return remove_exact(t, o.snap.id, "cannot remove stale lock " + t.path + " (" + why.reason + ")", "reclaim");
@@ -311,11 +339,12 @@ void fill_info(const snapshot& s, std::int64_t now, info& i) {
 }
 
 result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace,
-                                const process_view& pv) {
+                                const process_view& pv, watch_clock* seen = nullptr) {
   auto o = observe(t);
   if (!o) return o.err();
   detailed d;
   d.o = std::move(*o);
+  if (seen) seen->update(d.o.snap);
   std::int64_t now = sys::now_ms();
   d.i.path = t.path;
   fill_info(d.o.snap, now, d.i);
@@ -637,6 +666,7 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
 
   std::unique_ptr<sys::watcher> w;
   std::set<std::int64_t> dead_seen;
+  watch_clock seen;
   std::string last_reported;
   int rounds_without_wait = 0;
   for (;;) {
@@ -666,7 +696,7 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
       return s;
     }
 
-    auto d = inspect_target(t, ttl, grace, pv);
+    auto d = inspect_target(t, ttl, grace, pv, &seen);
     if (!d) return d.err();
     if (!d->o.snap.present) {  // released in the meantime: try again at once
       ++rounds_without_wait;
@@ -945,10 +975,11 @@ info wait_free(const std::string& path, milliseconds wait, milliseconds poll, mi
   const process_view pv = process_view::real();
   std::unique_ptr<sys::watcher> w;
   std::set<std::int64_t> dead_seen;
+  watch_clock seen;
   for (;;) {
     auto t = open_target(path);
     if (!t) return inspect(path, ttl);
-    auto d = inspect_target(*t, ttl.count(), default_grace.count(), pv);
+    auto d = inspect_target(*t, ttl.count(), default_grace.count(), pv, &seen);
     if (!d || !d->i.held) return d ? d->i : inspect(path, ttl);
     if (deadline >= 0 && sys::monotonic_ms() >= deadline) return d->i;
     if (!w) w = std::make_unique<sys::watcher>();

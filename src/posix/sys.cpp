@@ -316,10 +316,26 @@ void wait_readable(std::initializer_list<int> fds, std::int64_t timeout_ms) {
   }
 }
 
+namespace {
+// Test-only: OFFLOAD_LOCK_TEST_CLOCK_SKEW_FILE names a file holding a number
+// of milliseconds added to every wall-clock reading, re-read each time, so
+// a test can step this process's wall clock while it waits. Inert when the
+// variable is unset (its value is read once per process).
+std::int64_t test_clock_skew_ms() {
+  static const std::string file = get_env("OFFLOAD_LOCK_TEST_CLOCK_SKEW_FILE").value_or("");
+  if (file.empty()) return 0;
+  try {
+    return std::stoll(read_small_file(file));
+  } catch (...) {
+    return 0;
+  }
+}
+}  // namespace
+
 std::int64_t now_ms() {
   struct timespec t {};
   ::clock_gettime(CLOCK_REALTIME, &t);
-  return ts_ms(t);
+  return ts_ms(t) + test_clock_skew_ms();
 }
 
 std::int64_t monotonic_ms() {
