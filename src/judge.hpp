@@ -18,6 +18,7 @@ namespace offload_lock::detail {
 struct snapshot {
   bool present = false;      // anything at the path
   bool is_dir = false;       // a directory (not a symlink to one)
+  bool is_symlink = false;   // a symbolic link, never followed
   std::int64_t dir_mtime_ms = 0;
   std::uint32_t owner_uid = 0;
   sys::file_id id;           // the directory judged

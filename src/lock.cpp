@@ -67,6 +67,14 @@ result<target> open_target(const std::string& path) {
   sys::split_path(path, parent, t.name);
   if (t.name.empty() || t.name == "." || t.name == "..")
     return error(errc::bad_input, "lock path '" + path + "' names no directory");
+  // The staging and moved-aside names beside the lock add this much to its
+  // name ("." + name + ".stage-" + pid + "-" + 12 hex digits), and a name
+  // is at most 255 bytes.
+  constexpr std::size_t kMaxName = 255 - 28;
+  if (t.name.size() > kMaxName)
+    return error(sys::errno_code(std::errc::filename_too_long),
+                 "lock path " + path + ": its last component is " + std::to_string(t.name.size()) +
+                     " bytes; at most " + std::to_string(kMaxName) + " leave room for the staging names beside it");
   auto p = sys::open_dir(sys::cwd, parent, false, "parent directory " + parent + " of lock " + path);
   if (!p) return p.err();
   t.parent = std::move(*p);
@@ -129,6 +137,7 @@ result<observed> observe(const target& t) {
   }
   o.snap.present = true;
   o.snap.is_dir = st->is_dir;
+  o.snap.is_symlink = st->is_symlink;
   o.snap.id = st->id;
   o.snap.dir_mtime_ms = st->mtime_ms;
   o.snap.owner_uid = st->uid;
@@ -170,7 +179,7 @@ void clean_leftovers(const target& t) {
     if (pid <= 0 || sys::probe(pid) == sys::liveness::alive) continue;
     auto st = sys::stat_at(t.parent.get(), n, n);
     sys::crash_point("cleanup.leftover");
-    if (st && st->is_dir) (void)sys::remove_tree_at(t.parent.get(), n, n);
+    if (st && st->is_dir) (void)sys::remove_lock_dir_at(t.parent.get(), n, n);
   }
 }
 
@@ -203,7 +212,7 @@ result<taken_dir> take_with_mkdir(const target& t, const std::string& bytes, tak
   if (!e) e = sys::rename_at(d->get(), tmp, kMeta, t.path + "/" + kMeta);
   sys::crash_point("acquire.mkdir-meta-renamed");
   if (e) {
-    (void)sys::remove_tree_at(t.parent.get(), t.name, t.path);
+    (void)sys::remove_lock_dir_at(t.parent.get(), t.name, t.path);
     return e;
   }
   auto st = sys::stat_fd(d->get(), t.path);
@@ -222,7 +231,7 @@ result<taken_dir> try_take(const target& t, const std::string& bytes, take_resul
   // 0777 minus the umask: the same mode a Node runner's mkdir gives.
   if (auto e = sys::mkdir_at(t.parent.get(), stage, 0777, shown)) return e;
   sys::crash_point("acquire.stage-made");
-  auto cleanup = [&] { (void)sys::remove_tree_at(t.parent.get(), stage, shown); };
+  auto cleanup = [&] { (void)sys::remove_lock_dir_at(t.parent.get(), stage, shown); };
   auto d = sys::open_dir(t.parent.get(), stage, true, shown);
   if (!d) {
     cleanup();
@@ -281,16 +290,17 @@ result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, con
                                  " and could not put it back; it is at " + aside);
     return reclaim_result::changed;
   }
-  // A lock directory normally holds meta.json alone: remove that and the
-  // directory, and walk the tree only if something else is inside. A
-  // failure leaves only our moved-aside name, which the next acquisition
-  // cleans up; the lock path itself is already free.
-  if (auto d = sys::open_dir(t.parent.get(), aside, true, aside)) {
-    (void)sys::unlink_at(d->get(), kMeta, false, aside);
-    sys::crash_point(op, "meta-removed");
-    if (!sys::unlink_at(t.parent.get(), aside, true, aside)) return reclaim_result::reclaimed;
+  // Only what a lock holds is removed. A directory that turns out to hold
+  // anything else (put there since it was checked) is not a lock: it goes
+  // back where it was, untouched. Any other failure leaves only our
+  // moved-aside name, which the next acquisition cleans up; the lock path
+  // itself is already free.
+  if (auto e = sys::remove_lock_dir_at(t.parent.get(), aside, t.path, op)) {
+    if (e.code() != std::errc::directory_not_empty) return reclaim_result::reclaimed;
+    if (sys::rename_noreplace(t.parent.get(), aside, t.name, t.path))
+      return error(e.code(), e.context() + "; it is at " + aside + " beside it now");
+    return e;
   }
-  (void)sys::remove_tree_at(t.parent.get(), aside, aside);
   return reclaim_result::reclaimed;
 }
 
@@ -300,6 +310,9 @@ result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, con
 // that directory (remove_exact).
 result<reclaim_result> reclaim(const target& t, observed& o, const verdict& why, std::int64_t ttl,
                                std::int64_t grace, const process_view& pv) {
+  std::string failure = "cannot remove stale lock " + t.path + " (" + why.reason + ")";
+  if (o.snap.owner_uid != sys::effective_uid())
+    failure += " owned by uid " + std::to_string(o.snap.owner_uid);
   if (o.dir.valid()) {
     if (auto e = sys::try_flock_exclusive(o.dir.get())) {
       if (e.code() == std::errc::operation_would_block) return reclaim_result::contended;
@@ -311,8 +324,19 @@ result<reclaim_result> reclaim(const target& t, observed& o, const verdict& why,
     // Refreshed since it was judged: the time seen unchanged starts again.
     if (o.snap.meta_exists != had_meta || o.snap.meta_mtime_ms != had_mtime) o.snap.unchanged_for_ms = 0;
     if (!judge(o.snap, sys::now_ms(), ttl, grace, pv).stale) return reclaim_result::changed;
+    // A directory holding what a lock never holds is not a lock (a mistyped
+    // GPU_LOCK naming a real directory, say): refuse, and touch nothing.
+    if (auto e = sys::check_lock_contents(o.dir.get(), t.path)) return e;
   }
-  return remove_exact(t, o.snap.id, "cannot remove stale lock " + t.path + " (" + why.reason + ")", "reclaim");
+  return remove_exact(t, o.snap.id, failure, "reclaim");
+}
+
+// A file, a symlink (to anything, or dangling) or any other non-directory
+// at the lock path: never followed, never removed.
+error not_a_lock_directory(const std::string& path, const snapshot& s) {
+  return error(sys::errno_code(std::errc::not_a_directory),
+               "lock path " + path + (s.is_symlink ? " is a symbolic link" : " exists and is not a directory") +
+                   "; refusing to follow or remove it");
 }
 
 struct detailed {
@@ -351,7 +375,7 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
   const snapshot& s = d.o.snap;
   if (!s.present) return d;
   if (!s.is_dir) {
-    d.i.stale = "not a directory";
+    d.i.stale = s.is_symlink ? "a symbolic link, not a directory (never followed)" : "not a directory";
     d.i.node_stale = true;
     d.v.stale = true;
     d.v.reason = *d.i.stale;
@@ -702,9 +726,7 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
       ++rounds_without_wait;
       continue;
     }
-    if (!d->o.snap.is_dir)
-      return error(sys::errno_code(std::errc::not_a_directory),
-                   "lock path " + path + " exists and is not a directory; refusing to touch it");
+    if (!d->o.snap.is_dir) return not_a_lock_directory(path, d->o.snap);
     verdict v = d->v;
     if (v.stale) {
       auto r = reclaim(t, d->o, d->v, ttl, grace, pv);
@@ -947,15 +969,15 @@ result<release_outcome> release_lock(const std::string& path, const release_requ
     out.before = d->i;
     const snapshot& s = d->o.snap;
     if (!s.present) return out;
-    if (!s.is_dir)
-      return error(sys::errno_code(std::errc::not_a_directory),
-                   "lock path " + path + " exists and is not a directory; refusing to touch it");
+    if (!s.is_dir) return not_a_lock_directory(path, s);
     bool matches = req.force || (!req.token.empty() && req.token == d->i.token) ||
                    (req.pid > 0 && d->i.pid && *d->i.pid == req.pid);
     if (!matches) {
       out.status = d->i.held ? release_status::not_owner : release_status::already_free;
       return out;
     }
+    if (d->o.dir.valid())
+      if (auto e = sys::check_lock_contents(d->o.dir.get(), path)) return e;
     d->o.dir.reset();
     auto r = remove_exact(*t, s.id, "cannot release lock " + path, "release");
     if (!r) return r.err();

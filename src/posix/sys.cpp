@@ -202,24 +202,38 @@ error rename_at(int dirfd, const std::string& from, const std::string& to, const
 }
 
 namespace {
-error remove_tree_in(int dirfd, const std::string& name, const std::string& shown, int depth) {
-  auto st = stat_at(dirfd, name, shown);
-  if (!st) return st.err().code().value() == ENOENT ? error{} : st.err();
-  if (!st->is_dir) return unlink_at(dirfd, name, false, shown);
-  if (depth > 32) return sys_error(ELOOP, "remove (too deep)", shown);
-  auto d = open_dir(dirfd, name, true, shown);
-  if (!d) return d.err().code().value() == ENOENT ? error{} : d.err();
-  auto names = list_dir(d->get(), shown);
+bool lock_file_name(const std::string& n) { return n == "meta.json" || n.rfind(".meta.json.", 0) == 0; }
+
+// The names in a lock directory, or ENOTEMPTY naming the first that is not
+// part of a lock.
+result<std::vector<std::string>> lock_contents(int dir, const std::string& shown) {
+  auto names = list_dir(dir, shown);
   if (!names) return names.err();
   for (const auto& n : *names) {
-    if (auto e = remove_tree_in(d->get(), n, shown + "/" + n, depth + 1)) return e;
+    auto st = stat_at(dir, n, shown + "/" + n);
+    if (!st && st.err().code().value() == ENOENT) continue;
+    if (!st || !lock_file_name(n) || !st->is_regular)
+      return error(std::error_code(ENOTEMPTY, std::system_category()),
+                   "refusing to remove " + shown + ": it holds '" + n + "', which is not part of a lock");
   }
-  return unlink_at(dirfd, name, true, shown);
+  return names;
 }
 }  // namespace
 
-error remove_tree_at(int dirfd, const std::string& name, const std::string& shown) {
-  return remove_tree_in(dirfd, name, shown, 0);
+error check_lock_contents(int dir, const std::string& shown) {
+  auto names = lock_contents(dir, shown);
+  return names ? error{} : names.err();
+}
+
+error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown, const char* crash_op) {
+  auto d = open_dir(dirfd, name, true, shown);
+  if (!d) return d.err().code().value() == ENOENT ? error{} : d.err();
+  auto names = lock_contents(d->get(), shown);
+  if (!names) return names.err();
+  for (const auto& n : *names)
+    if (auto e = unlink_at(d->get(), n, false, shown + "/" + n)) return e;
+  if (crash_op) crash_point(crash_op, "meta-removed");
+  return unlink_at(dirfd, name, true, shown);
 }
 
 error unlink_at(int dirfd, const std::string& name, bool dir, const std::string& shown) {
@@ -439,6 +453,7 @@ std::optional<proc_start> start_of(std::int64_t pid) {
 }
 
 std::int64_t self_pid() { return ::getpid(); }
+std::uint32_t effective_uid() { return ::geteuid(); }
 std::int64_t parent_pid() { return ::getppid(); }
 
 const std::string& boot_id() {
