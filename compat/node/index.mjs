@@ -227,7 +227,7 @@ export async function withGpuLock(opts, fn) {
 }
 
 // `offload-lock --json status` as an object: path, held, pid, startedAt,
-// heldForMs, label, host, token, stale.
+// heldForMs, label, host, token, stale, ownerUid.
 export function inspect(lockPath) {
   const bin = findBinary();
   const r = spawnSync(bin, [...lockArgs(lockPath), '--json', 'status'], { encoding: 'utf8' });

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { acquireGpuLock, acquireSync, inspect, releaseSync } from '../index.mjs';
 import { INDEX_URL, T, cleanEnv, deadPid, makeLock, nodeEvalSync, readMetaFile, tempDir, waitFor } from './helpers.mjs';
 
-const KEYS = ['path', 'held', 'pid', 'startedAt', 'heldForMs', 'label', 'host', 'token', 'stale'].sort();
+const KEYS = ['path', 'held', 'pid', 'startedAt', 'heldForMs', 'label', 'host', 'token', 'stale', 'ownerUid'].sort();
 
 test('inspect on a free lock: held false, every other value null', T, (t) => {
   const lock = path.join(tempDir(t), 'gpu.lock');
@@ -16,7 +16,7 @@ test('inspect on a free lock: held false, every other value null', T, (t) => {
   assert.deepEqual(Object.keys(s).sort(), KEYS);
   assert.deepEqual(s, {
     path: lock, held: false, pid: null, startedAt: null, heldForMs: null,
-    label: null, host: null, token: null, stale: null,
+    label: null, host: null, token: null, stale: null, ownerUid: null,
   });
 });
 
