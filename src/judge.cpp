@@ -90,9 +90,10 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
                        : !m.parsed    ? "meta.json is not valid JSON"
                                       : "meta.json holds a falsy JSON value";
     v.incomplete = true;
-    if (now_ms - newest < grace_ms) {
+    std::int64_t quiet = std::max(now_ms - newest, s.unchanged_for_ms);
+    if (quiet < grace_ms) {
       v.reason = what + " (within the " + dur(grace_ms) + " grace)";
-      v.changes_at_ms = newest + grace_ms;
+      v.changes_at_ms = now_ms + (grace_ms - quiet);
       return v;
     }
     v.stale = true;
@@ -147,14 +148,16 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
     v.holder_pid = pid;
   }
 
-  std::int64_t age = now_ms - s.meta_mtime_ms;
+  // Node's rule (A3), on the wall clock; but never younger than the time
+  // this observer has itself watched the meta unchanged (see snapshot).
+  std::int64_t age = std::max(now_ms - s.meta_mtime_ms, s.unchanged_for_ms);
   if (age > ttl_ms) {
     v.stale = true;
     v.reason = "meta.json not refreshed for " + dur(age) + " (TTL " + dur(ttl_ms) + ")";
     return v;
   }
   v.reason = "held";
-  v.changes_at_ms = s.meta_mtime_ms + ttl_ms + 1;
+  v.changes_at_ms = now_ms + (ttl_ms - age) + 1;
   return v;
 }
 

@@ -18,6 +18,7 @@ namespace offload_lock::detail {
 struct snapshot {
   bool present = false;      // anything at the path
   bool is_dir = false;       // a directory (not a symlink to one)
+  bool is_symlink = false;   // a symbolic link, never followed
   std::int64_t dir_mtime_ms = 0;
   std::uint32_t owner_uid = 0;
   sys::file_id id;           // the directory judged
@@ -26,6 +27,12 @@ struct snapshot {
   parsed_meta meta;          // meaningful when meta_exists
   // A live offload-lock process holds an OFD read lock on the directory.
   bool process_locked = false;
+  // How long the one judging has itself seen this lock exactly as it is now
+  // (same directory, same mtimes), by its monotonic clock; 0 when it has
+  // not been watching. Ages are at least this long whatever the wall clock
+  // or the file times say, so an mtime in the future (a clock stepped back)
+  // cannot stretch the grace or the TTL beyond their length.
+  std::int64_t unchanged_for_ms = 0;
 };
 
 // The kernel's answers about processes, injectable for tests.

@@ -70,6 +70,14 @@ result<target> open_target(const std::string& path) {
   sys::split_path(path, parent, t.name);
   if (t.name.empty() || t.name == "." || t.name == "..")
     return error(errc::bad_input, "lock path '" + path + "' names no directory");
+  // The staging and moved-aside names beside the lock add this much to its
+  // name ("." + name + ".stage-" + pid + "-" + 12 hex digits), and a name
+  // is at most 255 bytes.
+  constexpr std::size_t kMaxName = 255 - 28;
+  if (t.name.size() > kMaxName)
+    return error(sys::errno_code(std::errc::filename_too_long),
+                 "lock path " + path + ": its last component is " + std::to_string(t.name.size()) +
+                     " bytes; at most " + std::to_string(kMaxName) + " leave room for the staging names beside it");
   auto p = sys::open_dir(sys::cwd, parent, false, "parent directory " + parent + " of lock " + path);
   if (!p) return p.err();
   t.parent = std::move(*p);
@@ -93,6 +101,30 @@ void read_state(int dir, const std::string& path, snapshot& s) {
   s.process_locked = sys::ofd_locked_elsewhere(dir);
 }
 
+// How long one waiter has seen the lock unchanged, by its own monotonic
+// clock (snapshot::unchanged_for_ms): same directory, same mtimes.
+struct watch_clock {
+  bool have = false;
+  sys::file_id id;
+  bool meta_exists = false;
+  std::int64_t dir_mtime = 0, meta_mtime = 0, since = 0;
+
+  void update(snapshot& s) {
+    const std::int64_t now = sys::monotonic_ms();
+    bool same = have && s.present && s.id == id && s.meta_exists == meta_exists && s.dir_mtime_ms == dir_mtime &&
+                s.meta_mtime_ms == meta_mtime;
+    if (!same) {
+      have = s.present;
+      id = s.id;
+      meta_exists = s.meta_exists;
+      dir_mtime = s.dir_mtime_ms;
+      meta_mtime = s.meta_mtime_ms;
+      since = now;
+    }
+    s.unchanged_for_ms = now - since;
+  }
+};
+
 struct observed {
   snapshot snap;
   sys::fd dir;  // the directory judged, when it could be opened
@@ -108,6 +140,7 @@ result<observed> observe(const target& t) {
   }
   o.snap.present = true;
   o.snap.is_dir = st->is_dir;
+  o.snap.is_symlink = st->is_symlink;
   o.snap.id = st->id;
   o.snap.dir_mtime_ms = st->mtime_ms;
   o.snap.owner_uid = st->uid;
@@ -148,7 +181,8 @@ void clean_leftovers(const target& t) {
     }
     if (pid <= 0 || sys::probe(pid) == sys::liveness::alive) continue;
     auto st = sys::stat_at(t.parent.get(), n, n);
-    if (st && st->is_dir) (void)sys::remove_tree_at(t.parent.get(), n, n);
+    sys::crash_point("cleanup.leftover");
+    if (st && st->is_dir) (void)sys::remove_lock_dir_at(t.parent.get(), n, n);
   }
 }
 
@@ -171,14 +205,18 @@ result<taken_dir> take_with_mkdir(const target& t, const std::string& bytes, tak
     }
     return e;
   }
+  sys::crash_point("acquire.mkdir-made");
   auto d = sys::open_dir(t.parent.get(), t.name, true, t.path);
   if (!d) return d.err();
   (void)sys::ofd_lock(d->get(), false);
+  sys::crash_point("acquire.mkdir-locked");
   std::string tmp = ".meta.json." + sys::random_hex(6);
   error e = sys::write_new_file_at(d->get(), tmp, bytes, t.path + "/" + tmp);
+  sys::crash_point("acquire.mkdir-meta-staged");
   if (!e) e = sys::rename_at(d->get(), tmp, kMeta, t.path + "/" + kMeta);
+  sys::crash_point("acquire.mkdir-meta-renamed");
   if (e) {
-    (void)sys::remove_tree_at(t.parent.get(), t.name, t.path);
+    (void)sys::remove_lock_dir_at(t.parent.get(), t.name, t.path);
     return e;
   }
   auto st = sys::stat_fd(d->get(), t.path);
@@ -196,17 +234,20 @@ result<taken_dir> try_take(const target& t, const std::string& bytes, take_resul
   std::string shown = "staging directory for " + t.path;
   // 0777 minus the umask: the same mode a Node runner's mkdir gives.
   if (auto e = sys::mkdir_at(t.parent.get(), stage, 0777, shown)) return e;
-  auto cleanup = [&] { (void)sys::remove_tree_at(t.parent.get(), stage, shown); };
+  sys::crash_point("acquire.stage-made");
+  auto cleanup = [&] { (void)sys::remove_lock_dir_at(t.parent.get(), stage, shown); };
   auto d = sys::open_dir(t.parent.get(), stage, true, shown);
   if (!d) {
     cleanup();
     return d.err();
   }
   (void)sys::ofd_lock(d->get(), false);
+  sys::crash_point("acquire.stage-locked");
   if (auto e = sys::write_new_file_at(d->get(), kMeta, bytes, t.path + "/" + kMeta)) {
     cleanup();
     return e;
   }
+  sys::crash_point("acquire.meta-written");
   auto st = sys::stat_fd(d->get(), shown);
   if (!st) {
     cleanup();
@@ -214,6 +255,7 @@ result<taken_dir> try_take(const target& t, const std::string& bytes, take_resul
   }
   error e = sys::rename_noreplace(t.parent.get(), stage, t.name, t.path);
   if (!e) {
+    sys::crash_point("acquire.renamed");
     how = take_result::taken;
     return taken_dir{std::move(*d), st->id};
   }
@@ -233,7 +275,8 @@ enum class reclaim_result { reclaimed, changed, contended };
 // `id`: checks, moves it aside under a unique name, checks the moved one,
 // then deletes it without following symlinks. `changed` when the path no
 // longer names that directory (nothing removed).
-result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, const std::string& failure) {
+result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, const std::string& failure,
+                                    const char* op) {
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
   if (!st || st->id != id) return reclaim_result::changed;
   std::string aside = aside_prefix(t) + unique_suffix();
@@ -241,6 +284,7 @@ result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, con
     if (e.code() == std::errc::no_such_file_or_directory) return reclaim_result::changed;
     return error(e.code(), failure);
   }
+  sys::crash_point(op, "moved-aside");
   auto moved = sys::stat_at(t.parent.get(), aside, aside);
   if (moved && moved->id != id) {
     // Another participant replaced the directory between the check and the
@@ -250,15 +294,17 @@ result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, con
                                  " and could not put it back; it is at " + aside);
     return reclaim_result::changed;
   }
-  // A lock directory normally holds meta.json alone: remove that and the
-  // directory, and walk the tree only if something else is inside. A
-  // failure leaves only our moved-aside name, which the next acquisition
-  // cleans up; the lock path itself is already free.
-  if (auto d = sys::open_dir(t.parent.get(), aside, true, aside)) {
-    (void)sys::unlink_at(d->get(), kMeta, false, aside);
-    if (!sys::unlink_at(t.parent.get(), aside, true, aside)) return reclaim_result::reclaimed;
+  // Only what a lock holds is removed. A directory that turns out to hold
+  // anything else (put there since it was checked) is not a lock: it goes
+  // back where it was, untouched. Any other failure leaves only our
+  // moved-aside name, which the next acquisition cleans up; the lock path
+  // itself is already free.
+  if (auto e = sys::remove_lock_dir_at(t.parent.get(), aside, t.path, op)) {
+    if (e.code() != std::errc::directory_not_empty) return reclaim_result::reclaimed;
+    if (sys::rename_noreplace(t.parent.get(), aside, t.name, t.path))
+      return error(e.code(), e.context() + "; it is at " + aside + " beside it now");
+    return e;
   }
-  (void)sys::remove_tree_at(t.parent.get(), aside, aside);
   return reclaim_result::reclaimed;
 }
 
@@ -268,14 +314,33 @@ result<reclaim_result> remove_exact(const target& t, const sys::file_id& id, con
 // that directory (remove_exact).
 result<reclaim_result> reclaim(const target& t, observed& o, const verdict& why, std::int64_t ttl,
                                std::int64_t grace, const process_view& pv) {
+  std::string failure = "cannot remove stale lock " + t.path + " (" + why.reason + ")";
+  if (o.snap.owner_uid != sys::effective_uid())
+    failure += " owned by uid " + std::to_string(o.snap.owner_uid);
   if (o.dir.valid()) {
     if (auto e = sys::try_flock_exclusive(o.dir.get())) {
       if (e.code() == std::errc::operation_would_block) return reclaim_result::contended;
     }
+    sys::crash_point("reclaim.flocked");
+    const bool had_meta = o.snap.meta_exists;
+    const std::int64_t had_mtime = o.snap.meta_mtime_ms;
     read_state(o.dir.get(), t.path, o.snap);
+    // Refreshed since it was judged: the time seen unchanged starts again.
+    if (o.snap.meta_exists != had_meta || o.snap.meta_mtime_ms != had_mtime) o.snap.unchanged_for_ms = 0;
     if (!judge(o.snap, sys::now_ms(), ttl, grace, pv).stale) return reclaim_result::changed;
+    // A directory holding what a lock never holds is not a lock (a mistyped
+    // GPU_LOCK naming a real directory, say): refuse, and touch nothing.
+    if (auto e = sys::check_lock_contents(o.dir.get(), t.path)) return e;
   }
-  return remove_exact(t, o.snap.id, "cannot remove stale lock " + t.path + " (" + why.reason + ")");
+  return remove_exact(t, o.snap.id, failure, "reclaim");
+}
+
+// A file, a symlink (to anything, or dangling) or any other non-directory
+// at the lock path: never followed, never removed.
+error not_a_lock_directory(const std::string& path, const snapshot& s) {
+  return error(sys::errno_code(std::errc::not_a_directory),
+               "lock path " + path + (s.is_symlink ? " is a symbolic link" : " exists and is not a directory") +
+                   "; refusing to follow or remove it");
 }
 
 struct detailed {
@@ -302,18 +367,19 @@ void fill_info(const snapshot& s, std::int64_t now, info& i) {
 }
 
 result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace,
-                                const process_view& pv) {
+                                const process_view& pv, watch_clock* seen = nullptr) {
   auto o = observe(t);
   if (!o) return o.err();
   detailed d;
   d.o = std::move(*o);
+  if (seen) seen->update(d.o.snap);
   std::int64_t now = sys::now_ms();
   d.i.path = t.path;
   fill_info(d.o.snap, now, d.i);
   const snapshot& s = d.o.snap;
   if (!s.present) return d;
   if (!s.is_dir) {
-    d.i.stale = "not a directory";
+    d.i.stale = s.is_symlink ? "a symbolic link, not a directory (never followed)" : "not a directory";
     d.i.node_stale = true;
     d.v.stale = true;
     d.v.reason = *d.i.stale;
@@ -534,7 +600,9 @@ struct held_state {
         case sys::watcher::wake::timeout:
           if (sys::monotonic_ms() >= next_touch) {
             if (!still_ours()) return kept::lost;
+            sys::crash_point("heartbeat.touch");
             (void)sys::touch_at(dir.get(), kMeta, t.path + "/" + kMeta);
+            sys::crash_point("heartbeat.touched");
             next_touch = sys::monotonic_ms() + period();
           }
           break;
@@ -550,7 +618,8 @@ struct held_state {
     if (released) return {};
     released = true;
     if (!still_ours()) return error(errc::lost, t.path);
-    auto r = remove_exact(t, id, "cannot release lock " + t.path);
+    sys::crash_point("release.checked");
+    auto r = remove_exact(t, id, "cannot release lock " + t.path, "release");
     if (!r) return r.err();
     return *r == reclaim_result::reclaimed ? error{} : error(errc::lost, t.path);
   }
@@ -662,7 +731,9 @@ class heartbeat_service {
           continue;
         }
         if (due) {
+          sys::crash_point("heartbeat.touch");
           (void)sys::touch_at(s.dir.get(), kMeta, s.t.path + "/" + kMeta);
+          sys::crash_point("heartbeat.touched");
           s.next_touch = now + s.period();
         }
       }
@@ -746,8 +817,11 @@ struct handle {
   int gpu = 0;
 };
 
+// `slot_seen`: the watch clock of a caller that judges this lock across
+// several calls (a wait among GPU slots); each call has its own otherwise.
 result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& opt, meta_record rec,
-                                                  std::int64_t deadline, wait_report* rep) {
+                                                  std::int64_t deadline, wait_report* rep,
+                                                  watch_clock* slot_seen = nullptr) {
   const std::string path = t.path;
   const process_view pv = process_view::real();
   const std::int64_t ttl = opt.ttl.count(), grace = opt.grace.count();
@@ -755,6 +829,8 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
 
   std::unique_ptr<sys::watcher> w;
   std::set<std::int64_t> dead_seen;
+  watch_clock own_seen;
+  watch_clock& seen = slot_seen ? *slot_seen : own_seen;
   int rounds_without_wait = 0;
   for (;;) {
     // Every round that ends without a wait means another participant changed
@@ -783,15 +859,13 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
       return s;
     }
 
-    auto d = inspect_target(t, ttl, grace, pv);
+    auto d = inspect_target(t, ttl, grace, pv, &seen);
     if (!d) return d.err();
     if (!d->o.snap.present) {  // released in the meantime: try again at once
       ++rounds_without_wait;
       continue;
     }
-    if (!d->o.snap.is_dir)
-      return error(sys::errno_code(std::errc::not_a_directory),
-                   "lock path " + path + " exists and is not a directory; refusing to touch it");
+    if (!d->o.snap.is_dir) return not_a_lock_directory(path, d->o.snap);
     verdict v = d->v;
     if (v.stale) {
       auto r = reclaim(t, d->o, d->v, ttl, grace, pv);
@@ -929,14 +1003,16 @@ result<lock> lock::acquire(const std::string& path, milliseconds wait) {
 
 namespace detail {
 struct acquirer {
-  static result<lock> acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep);
+  static result<lock> acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep,
+                                   watch_clock* seen = nullptr);
   static result<lock> acquire_any(const lock_options& opt, const std::string& base);
 };
 }  // namespace detail
 
 // One slot's lock: the in-process queue (B10), a claim passed down (B11),
 // then the file claim.
-result<lock> acquirer::acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep) {
+result<lock> acquirer::acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep,
+                                    watch_clock* seen) {
   auto tr = open_target(path);
   if (!tr) return tr.err();
   if (opt.pid < 0) return error(errc::bad_input, "holder pid " + std::to_string(opt.pid));
@@ -1004,7 +1080,7 @@ result<lock> acquirer::acquire_slot(const lock_options& opt, const std::string& 
       return lock(std::make_unique<handle>(handle{gate, true, false, gpu}));
     }
   }
-  auto held = acquire_file(std::move(*tr), opt, std::move(rec), deadline, rep);
+  auto held = acquire_file(std::move(*tr), opt, std::move(rec), deadline, rep, seen);
   if (!held) return give_up(held.err());
   std::lock_guard<std::mutex> guard(gate->mu);
   gate->held = std::move(*held);
@@ -1043,13 +1119,16 @@ result<lock> acquirer::acquire_any(const lock_options& opt, const std::string& b
   wait_report rep(opt, base, -1, n);
   std::vector<std::unique_ptr<sys::watcher>> ws(static_cast<std::size_t>(n));
   std::vector<std::set<std::int64_t>> dead_seen(static_cast<std::size_t>(n));
+  // Each slot's watch clock lives across the rounds, so a clock that reads
+  // a holder's mtime as in the future cannot stretch its TTL here either.
+  std::vector<watch_clock> seen(static_cast<std::size_t>(n));
   const process_view pv = process_view::real();
   int rounds_without_wait = 0;
   for (;;) {
     lock_options once = opt;
     once.wait = milliseconds(0);
     for (int k : order) {
-      auto l = acquire_slot(once, gpu_slot_path(base, k), k, nullptr);
+      auto l = acquire_slot(once, gpu_slot_path(base, k), k, nullptr, &seen[static_cast<std::size_t>(k)]);
       if (l) return l;
       if (l.err() != errc::busy) return l.err();
     }
@@ -1065,7 +1144,7 @@ result<lock> acquirer::acquire_any(const lock_options& opt, const std::string& b
     for (int k = 0; k < n && !changed; ++k) {
       auto t = open_target(gpu_slot_path(base, k));
       if (!t) return t.err();
-      auto d = inspect_target(*t, opt.ttl.count(), opt.grace.count(), pv);
+      auto d = inspect_target(*t, opt.ttl.count(), opt.grace.count(), pv, &seen[static_cast<std::size_t>(k)]);
       if (!d) return d.err();
       if (!d->o.snap.present) {
         changed = true;
@@ -1142,17 +1221,17 @@ result<release_outcome> release_lock(const std::string& path, const release_requ
     out.before = d->i;
     const snapshot& s = d->o.snap;
     if (!s.present) return out;
-    if (!s.is_dir)
-      return error(sys::errno_code(std::errc::not_a_directory),
-                   "lock path " + path + " exists and is not a directory; refusing to touch it");
+    if (!s.is_dir) return not_a_lock_directory(path, s);
     bool matches = req.force || (!req.token.empty() && req.token == d->i.token) ||
                    (req.pid > 0 && d->i.pid && *d->i.pid == req.pid);
     if (!matches) {
       out.status = d->i.held ? release_status::not_owner : release_status::already_free;
       return out;
     }
+    if (d->o.dir.valid())
+      if (auto e = sys::check_lock_contents(d->o.dir.get(), path)) return e;
     d->o.dir.reset();
-    auto r = remove_exact(*t, s.id, "cannot release lock " + path);
+    auto r = remove_exact(*t, s.id, "cannot release lock " + path, "release");
     if (!r) return r.err();
     if (*r == reclaim_result::reclaimed) {
       out.status = release_status::released;
@@ -1170,10 +1249,11 @@ info wait_free(const std::string& path, milliseconds wait, milliseconds poll, mi
   const process_view pv = process_view::real();
   std::unique_ptr<sys::watcher> w;
   std::set<std::int64_t> dead_seen;
+  watch_clock seen;
   for (;;) {
     auto t = open_target(path);
     if (!t) return inspect(path, ttl);
-    auto d = inspect_target(*t, ttl.count(), default_grace.count(), pv);
+    auto d = inspect_target(*t, ttl.count(), default_grace.count(), pv, &seen);
     if (!d || !d->i.held) return d ? d->i : inspect(path, ttl);
     if (deadline >= 0 && sys::monotonic_ms() >= deadline) return d->i;
     if (!w) w = std::make_unique<sys::watcher>();

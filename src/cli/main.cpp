@@ -24,7 +24,23 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-void say(const std::string& line) { proc::write_stderr("offload-lock: " + line + "\n"); }
+// Control characters (a newline in a path, escape sequences in a label
+// read from someone's meta.json) are shown escaped, so every message stays
+// one line and a terminal shows what is there instead of obeying it.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c != 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      const char* hex = "0123456789abcdef";
+      out += c == '\n' ? std::string("\\n") : std::string("\\x") + hex[c >> 4] + hex[c & 15];
+    }
+  }
+  return out;
+}
+
+void say(const std::string& line) { proc::write_stderr("offload-lock: " + printable(line) + "\n"); }
 
 std::string who(const ol::info& i) {
   std::string label = i.label.empty() ? "an unnamed holder" : i.label;
@@ -52,9 +68,13 @@ ojson to_json(const ol::info& i) {
 std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
 std::string status_line(const ol::info& i) {
-  if (i.held) return "held by " + who(i) + " for " + ol::describe_duration(i.held_for);
+  // A lock directory someone else owns (in a shared /tmp, another user's).
+  std::string owner;
+  if (i.owner_uid && *i.owner_uid != ol::detail::sys::effective_uid())
+    owner = "; lock directory owned by uid " + std::to_string(*i.owner_uid);
+  if (i.held) return printable("held by " + who(i) + " for " + ol::describe_duration(i.held_for) + owner);
   if (!i.present) return "free";
-  return "free (stale lock of " + who(i) + ": " + i.stale.value_or("unknown") + ")";
+  return printable("free (stale lock of " + who(i) + ": " + i.stale.value_or("unknown") + owner + ")");
 }
 
 // ---- several GPUs ----

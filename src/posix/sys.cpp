@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -205,25 +206,38 @@ error rename_at(int dirfd, const std::string& from, const std::string& to, const
 }
 
 namespace {
-// NOLINTNEXTLINE(misc-no-recursion): one level per directory, refused beyond depth 32
-error remove_tree_in(int dirfd, const std::string& name, const std::string& shown, int depth) {
-  auto st = stat_at(dirfd, name, shown);
-  if (!st) return st.err().code().value() == ENOENT ? error{} : st.err();
-  if (!st->is_dir) return unlink_at(dirfd, name, false, shown);
-  if (depth > 32) return sys_error(ELOOP, "remove (too deep)", shown);
-  auto d = open_dir(dirfd, name, true, shown);
-  if (!d) return d.err().code().value() == ENOENT ? error{} : d.err();
-  auto names = list_dir(d->get(), shown);
+bool lock_file_name(const std::string& n) { return n == "meta.json" || n.rfind(".meta.json.", 0) == 0; }
+
+// The names in a lock directory, or ENOTEMPTY naming the first that is not
+// part of a lock.
+result<std::vector<std::string>> lock_contents(int dir, const std::string& shown) {
+  auto names = list_dir(dir, shown);
   if (!names) return names.err();
   for (const auto& n : *names) {
-    if (auto e = remove_tree_in(d->get(), n, shown + "/" + n, depth + 1)) return e;
+    auto st = stat_at(dir, n, shown + "/" + n);
+    if (!st && st.err().code().value() == ENOENT) continue;
+    if (!st || !lock_file_name(n) || !st->is_regular)
+      return error(std::error_code(ENOTEMPTY, std::system_category()),
+                   "refusing to remove " + shown + ": it holds '" + n + "', which is not part of a lock");
   }
-  return unlink_at(dirfd, name, true, shown);
+  return names;
 }
 }  // namespace
 
-error remove_tree_at(int dirfd, const std::string& name, const std::string& shown) {
-  return remove_tree_in(dirfd, name, shown, 0);
+error check_lock_contents(int dir, const std::string& shown) {
+  auto names = lock_contents(dir, shown);
+  return names ? error{} : names.err();
+}
+
+error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown, const char* crash_op) {
+  auto d = open_dir(dirfd, name, true, shown);
+  if (!d) return d.err().code().value() == ENOENT ? error{} : d.err();
+  auto names = lock_contents(d->get(), shown);
+  if (!names) return names.err();
+  for (const auto& n : *names)
+    if (auto e = unlink_at(d->get(), n, false, shown + "/" + n)) return e;
+  if (crash_op) crash_point(crash_op, "meta-removed");
+  return unlink_at(dirfd, name, true, shown);
 }
 
 error unlink_at(int dirfd, const std::string& name, bool dir, const std::string& shown) {
@@ -320,10 +334,26 @@ void wait_readable(std::initializer_list<int> fds, std::int64_t timeout_ms) {
   }
 }
 
+namespace {
+// Test-only: OFFLOAD_LOCK_TEST_CLOCK_SKEW_FILE names a file holding a number
+// of milliseconds added to every wall-clock reading, re-read each time, so
+// a test can step this process's wall clock while it waits. Inert when the
+// variable is unset (its value is read once per process).
+std::int64_t test_clock_skew_ms() {
+  static const std::string file = get_env("OFFLOAD_LOCK_TEST_CLOCK_SKEW_FILE").value_or("");
+  if (file.empty()) return 0;
+  try {
+    return std::stoll(read_small_file(file));
+  } catch (...) {
+    return 0;
+  }
+}
+}  // namespace
+
 std::int64_t now_ms() {
   struct timespec t {};
   ::clock_gettime(CLOCK_REALTIME, &t);
-  return ts_ms(t);
+  return ts_ms(t) + test_clock_skew_ms();
 }
 
 std::int64_t monotonic_ms() {
@@ -427,6 +457,7 @@ std::optional<proc_start> start_of(std::int64_t pid) {
 }
 
 std::int64_t self_pid() { return ::getpid(); }
+std::uint32_t effective_uid() { return ::geteuid(); }
 std::int64_t parent_pid() { return ::getppid(); }
 
 const std::string& boot_id() {
@@ -455,6 +486,45 @@ std::optional<std::string> get_env(const std::string& name) {
   const char* v = std::getenv(name.c_str());
   if (!v) return std::nullopt;
   return std::string(v);
+}
+
+// ---- test-only crash points ----
+
+namespace {
+struct crash_spec {
+  std::string step;  // empty: crash points are off (normal use)
+  long nth = 1;
+  mutable std::atomic<long> seen{0};
+  crash_spec() {
+    const char* v = std::getenv("OFFLOAD_LOCK_TEST_CRASH_AT");
+    if (!v || !*v) return;
+    step = v;
+    if (auto at = step.find('@'); at != std::string::npos) {
+      nth = std::max(1L, std::atol(step.c_str() + at + 1));
+      step.resize(at);
+    }
+  }
+};
+const crash_spec& crash_config() {
+  static const crash_spec spec;
+  return spec;
+}
+[[noreturn]] void crash_now() {
+  ::kill(::getpid(), SIGKILL);
+  for (;;) ::pause();
+}
+}  // namespace
+
+void crash_point(const char* step) {
+  const crash_spec& c = crash_config();
+  if (c.step.empty() || c.step != step) return;
+  if (c.seen.fetch_add(1) + 1 == c.nth) crash_now();
+}
+
+void crash_point(const char* op, const char* step) {
+  const crash_spec& c = crash_config();
+  if (c.step.empty()) return;
+  crash_point((std::string(op) + "." + step).c_str());
 }
 
 // ---- watcher ----

@@ -88,9 +88,19 @@ error write_new_file_at(int dirfd, const std::string& name, const std::string& b
 error rename_noreplace(int dirfd, const std::string& from, const std::string& to,
                        const std::string& shown);
 error rename_at(int dirfd, const std::string& from, const std::string& to, const std::string& shown);
-// Removes a directory tree below dirfd without following symlinks and
-// without leaving dirfd (depth is bounded). Missing is not an error.
-error remove_tree_at(int dirfd, const std::string& name, const std::string& shown);
+// Checks that the open directory `dir` holds nothing but what a lock
+// directory holds: regular files named meta.json or .meta.json.* (the
+// temporary of the mkdir fallback). Anything else is ENOTEMPTY, naming the
+// first such entry: a directory holding other files is not a lock, and
+// offload-lock never deletes it.
+error check_lock_contents(int dir, const std::string& shown);
+// Removes the lock directory dirfd/name: checks its contents as above
+// before removing anything, then unlinks those files and the directory.
+// Never follows a symlink and never descends. Missing is not an error.
+// With crash_op, crash_point(crash_op, "meta-removed") runs between the
+// files and the directory.
+error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown,
+                         const char* crash_op = nullptr);
 error unlink_at(int dirfd, const std::string& name, bool dir, const std::string& shown);
 // fchmod: sets the mode of an open file or directory exactly (no umask).
 error chmod_fd(int f, unsigned mode, const std::string& shown);
@@ -138,11 +148,24 @@ struct proc_start {
 };
 std::optional<proc_start> start_of(std::int64_t pid);
 std::int64_t self_pid();
+std::uint32_t effective_uid();
 std::int64_t parent_pid();
 const std::string& boot_id();
 const std::string& host_name();
 std::string program_name();
 std::optional<std::string> get_env(const std::string& name);
+
+// ---- test-only crash points ----
+// Stops this process with SIGKILL at a named step of the protocol when the
+// environment variable OFFLOAD_LOCK_TEST_CRASH_AT names that step, so tests
+// can check that every participant recovers from a crash there. Test-only
+// and inert in normal use: the variable is read once per process, and with
+// it unset each call is one comparison. "STEP" crashes the first time STEP
+// is reached, "STEP@N" the Nth time. The steps are listed where they are
+// called (src/lock.cpp) and in tests/multiprocess/crash_test.cpp.
+void crash_point(const char* step);
+// The same, for a step shared by two operations: "<op>.<step>".
+void crash_point(const char* op, const char* step);
 
 // ---- waiting for change ----
 // Sleeps until something that may change the lock's state happens: the

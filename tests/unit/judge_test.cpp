@@ -165,3 +165,36 @@ TEST_CASE("Go: a path that is not a directory or has no meta is free", "[unit][j
   CHECK_FALSE(go_inspect(snapshot{}, kNow, kTtl, pv).held);
   CHECK(node_is_stale(snap(std::nullopt, 0), kNow, kTtl, pv));
 }
+
+TEST_CASE("an mtime in the future: held, until the observer has watched it unchanged for the TTL or grace", "[unit][judge]") {
+  const process_view pv = fake_view();
+  SECTION("a v1 holder's meta.json dated a day ahead") {
+    snapshot s = snap(node_meta("100"), -24 * kHour);
+    verdict v = judge(s, kNow, kTtl, kGrace, pv);
+    CHECK_FALSE(v.stale);
+    CHECK_FALSE(node_is_stale(s, kNow, kTtl, pv));  // what Node concludes, for a day
+    s.unchanged_for_ms = kTtl - 10;
+    v = judge(s, kNow, kTtl, kGrace, pv);
+    CHECK_FALSE(v.stale);
+    CHECK(v.changes_at_ms == kNow + 11);  // re-judged when the watched time passes the TTL
+    s.unchanged_for_ms = kTtl + 1;
+    v = judge(s, kNow, kTtl, kGrace, pv);
+    CHECK(v.stale);
+    CHECK_THAT(v.reason, Catch::Contains("not refreshed"));
+  }
+  SECTION("a directory without meta.json dated a day ahead") {
+    snapshot s = snap(std::nullopt, 0, -24 * kHour);
+    CHECK_FALSE(judge(s, kNow, kTtl, kGrace, pv).stale);
+    s.unchanged_for_ms = kGrace - 100;
+    verdict v = judge(s, kNow, kTtl, kGrace, pv);
+    CHECK_FALSE(v.stale);
+    CHECK(v.changes_at_ms == kNow + 100);
+    s.unchanged_for_ms = kGrace;
+    CHECK(judge(s, kNow, kTtl, kGrace, pv).stale);
+  }
+  SECTION("a live offload-lock process's lock is held whatever the time watched") {
+    snapshot s = snap(node_meta("100"), -24 * kHour, 10'000, true);
+    s.unchanged_for_ms = 10 * kTtl;
+    CHECK_FALSE(judge(s, kNow, kTtl, kGrace, pv).stale);
+  }
+}
