@@ -829,7 +829,7 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
 
   std::unique_ptr<sys::watcher> w;
   std::set<std::int64_t> dead_seen;
-  watch_clock own_seen;
+  watch_clock own_seen{};
   watch_clock& seen = slot_seen ? *slot_seen : own_seen;
   int rounds_without_wait = 0;
   for (;;) {

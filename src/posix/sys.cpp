@@ -500,7 +500,7 @@ struct crash_spec {
     if (!v || !*v) return;
     step = v;
     if (auto at = step.find('@'); at != std::string::npos) {
-      nth = std::max(1L, std::atol(step.c_str() + at + 1));
+      nth = std::max(1L, std::strtol(step.c_str() + at + 1, nullptr, 10));
       step.resize(at);
     }
   }
