@@ -163,12 +163,18 @@ result<observed> observe(const target& t) {
 }
 
 // Leftover staging and moved-aside directories of processes that died
-// mid-step. Best effort; never touches anything but directories with our
+// mid-step, and dead waiters' registry entries. Best effort; never touches anything but directories with our
 // names whose creating process is gone.
 void clean_leftovers(const target& t) {
   auto names = sys::list_dir(t.parent.get(), "parent of " + t.path);
   if (!names) return;
   for (const auto& n : *names) {
+    if (n == waiters_dir_name(t.name)) {
+      // Entries of waiters killed while they waited, and the registry with
+      // them once it is empty.
+      sweep_waiters(t.parent.get(), n, t.path);
+      continue;
+    }
     std::string rest;
     for (const auto& prefix : {stage_prefix(t), aside_prefix(t)})
       if (n.compare(0, prefix.size(), prefix) == 0) rest = n.substr(prefix.size());

@@ -182,6 +182,15 @@ waiter_registration::~waiter_registration() {
   }
 }
 
+void sweep_waiters(int parent, const std::string& dir_name, const std::string& lock_path) {
+  const std::string shown = lock_path + " waiter registry";
+  auto d = sys::open_dir(parent, dir_name, true, shown);
+  if (!d) return;
+  sweep_dead(d->get(), std::string(), shown);
+  d->reset();
+  (void)sys::unlink_at(parent, dir_name, true, shown);
+}
+
 std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_ms) {
   std::vector<waiter> out;
   std::string name;

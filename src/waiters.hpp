@@ -50,6 +50,11 @@ class waiter_registration {
   std::string dir_name_, file_, shown_;
 };
 
+// Removes the entries of this host's dead waiters from the registry
+// `dir_name` in `parent`, and the registry itself when that leaves it empty.
+// Best effort; a waiter registering meanwhile makes the directory again.
+void sweep_waiters(int parent, const std::string& dir_name, const std::string& lock_path);
+
 // The live entries of the registry of the lock at `lock_path`, oldest first.
 std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_ms);
 

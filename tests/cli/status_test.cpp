@@ -170,6 +170,21 @@ TEST_CASE("status lists the holder and the waiters, oldest first; killed waiters
   CHECK(r.out == "free\n");
 }
 
+TEST_CASE("a killed waiter's entry does not outlive the next acquisition", "[cli][status]") {
+  temp_dir d;
+  auto l = held_by(d, "holder");
+  child w(cli_exe(), with_lock(d, {"run", "--label", "doomed", "--", "true"}));
+  REQUIRE(eventually([&] { return waiter_listed(d.lock(), w.pid()); }));
+  w.kill(SIGKILL);
+  REQUIRE(w.wait());
+  CHECK(registry_files(d) == 1);
+  CHECK(ol::waiters(d.lock()).empty());
+  REQUIRE_FALSE(l.release());
+  // One acquisition that never waits sweeps it, and the empty registry.
+  CHECK(run_cli(with_lock(d, {"run", "--", "true"})).code == 0);
+  CHECK_FALSE(fs::exists(d.path / ".gpu.lock.waiters"));
+}
+
 TEST_CASE("status --prometheus writes the textfile-collector format", "[cli][status]") {
   temp_dir d;
   auto free_r = run_cli(with_lock(d, {"status", "--prometheus"}));
