@@ -639,12 +639,6 @@ struct held_state {
 class heartbeat_service {
  public:
   static heartbeat_service& get() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-      // After fork the child has no service thread (and perhaps a locked
-      // mutex): it starts a fresh service of its own.
-      ::pthread_atfork(nullptr, nullptr, [] { instance() = nullptr; });
-    });
     std::lock_guard<std::mutex> g(instance_mu());
     if (!instance()) instance() = new heartbeat_service();  // never freed: it lives as long as the process
     return *instance();
@@ -678,6 +672,7 @@ class heartbeat_service {
     static heartbeat_service* p = nullptr;
     return p;
   }
+  friend struct fork_guard;
   static std::mutex& instance_mu() {
     static std::mutex m;
     return m;
@@ -780,8 +775,35 @@ struct local_gate {
   std::string inherited_token;      // set when the claim is the parent process's (B11)
 };
 
+std::mutex& gate_registry_mu() {
+  static std::mutex m;
+  return m;
+}
+
+// fork() copies only the calling thread. A mutex another thread held at that
+// moment would stay locked in the child forever, and the child's first
+// acquisition would hang on it: so the process-wide mutexes are taken
+// around fork, and the child starts a heartbeat service of its own (it has
+// no service thread).
+struct fork_guard {
+  fork_guard() noexcept { ::pthread_atfork(&prepare, &parent, &child); }
+  static void prepare() {
+    gate_registry_mu().lock();
+    heartbeat_service::instance_mu().lock();
+  }
+  static void parent() {
+    heartbeat_service::instance_mu().unlock();
+    gate_registry_mu().unlock();
+  }
+  static void child() {
+    heartbeat_service::instance() = nullptr;
+    parent();
+  }
+};
+const fork_guard installed_fork_guard;
+
 std::shared_ptr<local_gate> gate_for(const target& t) {
-  static std::mutex registry_mu;
+  std::mutex& registry_mu = gate_registry_mu();
   static std::map<std::string, std::weak_ptr<local_gate>> registry;
   std::string key = t.name;
   if (auto st = sys::stat_fd(t.parent.get(), t.path))

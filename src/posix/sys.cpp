@@ -419,11 +419,14 @@ liveness probe(std::int64_t pid) {
   return liveness::alive;
 }
 
+namespace {
+std::mutex self_mu;  // start_of()'s cache of this process's own start
+}  // namespace
+
 std::optional<proc_start> start_of(std::int64_t pid) {
   if (pid <= 0 || pid > INT_MAX) return std::nullopt;
   // This process's own start never changes: its tick count is read once per
   // process (the cache is keyed by pid, so a forked child reads its own).
-  static std::mutex self_mu;
   static std::int64_t self_cached_pid = 0;
   static std::uint64_t self_cached_ticks = 0;
   const bool self = pid == ::getpid();
@@ -532,6 +535,27 @@ void crash_point(const char* op, const char* step) {
 namespace {
 std::mutex g_inotify_mu;
 std::vector<int> g_inotify_pool;
+
+// Around fork, this file's mutexes are taken so none is copied locked into
+// the child (whose other threads are gone); the child drops the pooled
+// inotify descriptors, which it would otherwise share with the parent.
+struct fork_guard {
+  fork_guard() noexcept { ::pthread_atfork(&prepare, &parent, &child); }
+  static void prepare() {
+    self_mu.lock();
+    g_inotify_mu.lock();
+  }
+  static void parent() {
+    g_inotify_mu.unlock();
+    self_mu.unlock();
+  }
+  static void child() {
+    for (int f : g_inotify_pool) ::close(f);
+    g_inotify_pool.clear();
+    parent();
+  }
+};
+const fork_guard installed_fork_guard;
 }  // namespace
 
 watcher::watcher() {
