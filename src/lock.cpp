@@ -800,7 +800,11 @@ struct fork_guard {
     parent();
   }
 };
+#if !defined(__SANITIZE_THREAD__)
+// (Not under ThreadSanitizer, whose own fork handling can deadlock against
+// mutexes taken in fork handlers.)
 const fork_guard installed_fork_guard;
+#endif
 
 std::shared_ptr<local_gate> gate_for(const target& t) {
   std::mutex& registry_mu = gate_registry_mu();

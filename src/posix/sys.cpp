@@ -555,7 +555,11 @@ struct fork_guard {
     parent();
   }
 };
+#if !defined(__SANITIZE_THREAD__)
+// (Not under ThreadSanitizer, whose own fork handling can deadlock against
+// mutexes taken in fork handlers.)
 const fork_guard installed_fork_guard;
+#endif
 }  // namespace
 
 watcher::watcher() {

@@ -290,10 +290,11 @@ TEST_CASE("a thread started after the holding thread ended does not pass through
 }
 
 TEST_CASE("a child forked while another thread acquires can take a lock (no mutex copied locked)", "[multiprocess][threads]") {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // AddressSanitizer's own allocator (GCC 12) does not guard its locks around
-  // fork, so a child of a threaded parent can hang inside malloc itself.
-  WARN("not run under AddressSanitizer: its allocator can deadlock a forked child");
+  // fork, so a child of a threaded parent can hang inside malloc itself; and
+  // under ThreadSanitizer the library leaves its fork handlers out.
+  WARN("not run under a sanitizer: see the comment");
   return;
 #endif
   temp_dir d;
