@@ -525,9 +525,11 @@ std::optional<std::int64_t> arm(sys::watcher& w, const target& t, const snapshot
   } else {
     w.unwatch_pid();
   }
+  // A holder that cannot be watched, including one seen to exit that still
+  // looks like the holder (its lock not yet released), is re-checked at the
+  // fallback period rather than the long safety one.
   std::int64_t timeout = kSafetyRecheckMs;
-  if (!dir_watched || (v.holder_pid > 0 && !pid_watched && !dead_seen.count(v.holder_pid)))
-    timeout = poll_ms;
+  if (!dir_watched || (v.holder_pid > 0 && !pid_watched)) timeout = poll_ms;
   if (v.changes_at_ms > 0) timeout = std::min(timeout, std::max<std::int64_t>(1, v.changes_at_ms - sys::now_ms()));
   return timeout;
 }
