@@ -40,7 +40,7 @@ extern "C" int offload_lock_acquire(const char* path, int64_t wait_ms, const cha
     if (label) o.label = label;
     auto l = offload_lock::lock::acquire(o);
     if (!l) {
-      const auto& e = l.err();
+      const auto& e = l.error();
       copy_out(message, message_len, e.message());
       if (e == offload_lock::errc::busy) return OFFLOAD_LOCK_BUSY;
       if (e == offload_lock::errc::timed_out) return OFFLOAD_LOCK_TIMED_OUT;
@@ -85,7 +85,7 @@ extern "C" int offload_lock_inspect(const char* path, offload_lock_info* info) {
     copy_out(info->label, sizeof info->label, i.label);
     copy_out(info->host, sizeof info->host, i.host);
     copy_out(info->token, sizeof info->token, i.token);
-    copy_out(info->stale, sizeof info->stale, i.stale.value_or(""));
+    copy_out(info->stale, sizeof info->stale, i.stale_reason.value_or(""));
     return OFFLOAD_LOCK_OK;
   } catch (const std::exception& ex) {
     copy_out(info->stale, sizeof info->stale, ex.what());

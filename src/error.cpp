@@ -11,7 +11,6 @@ class category_impl final : public std::error_category {
     switch (static_cast<errc>(ev)) {
       case errc::busy: return "lock is held by another process";
       case errc::timed_out: return "timed out waiting for the lock";
-      case errc::not_owner: return "lock is held by someone else";
       case errc::lost: return "lock was removed or replaced by someone else";
       case errc::bad_input: return "invalid argument";
       case errc::cancelled: return "wait cancelled";

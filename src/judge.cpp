@@ -6,20 +6,16 @@
 #include <climits>
 #include <cmath>
 
-#include "offload_lock/lock.hpp"
+#include "offload_lock/inspect.hpp"
 
 namespace offload_lock::detail {
 
-process_view process_view::real() {
-  process_view pv;
-  pv.probe = sys::probe;
-  pv.start_of = sys::start_of;
-  pv.boot_id = sys::boot_id();
-  pv.host = sys::host_name();
-  return pv;
-}
 
 namespace {
+
+// A JavaScript number that Node's process.kill() takes as a pid: an integer
+// in the int32 range (anything else makes it throw).
+bool js_int32(double p) { return std::isfinite(p) && std::floor(p) == p && p <= INT_MAX && p >= INT_MIN; }
 
 std::string dur(std::int64_t ms) { return describe_duration(milliseconds(ms)); }
 
@@ -28,7 +24,7 @@ std::string dur(std::int64_t ms) { return describe_duration(milliseconds(ms)); }
 // address process groups and count as alive; EPERM is alive. A zombie still
 // answers kill(), so it is alive here.
 bool node_alive(double pid, const process_view& pv) {
-  if (!std::isfinite(pid) || std::floor(pid) != pid || pid > INT_MAX || pid < INT_MIN) return false;
+  if (!js_int32(pid)) return false;
   if (pid <= 0) return true;
   return pv.probe(static_cast<std::int64_t>(pid)) != sys::liveness::dead;
 }
@@ -41,6 +37,18 @@ bool node_is_stale(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, 
   return now_ms - s.meta_mtime_ms > ttl_ms;
 }
 
+bool recorded_process_alive(const recorded_process& r, const process_view& pv) {
+  if (!sys::valid_pid(r.pid)) return false;
+  if (!r.host.empty() && r.host != pv.host) return true;
+  if (!r.boot_id.empty() && !pv.boot_id.empty() && r.boot_id != pv.boot_id) return false;
+  if (pv.probe(r.pid) != sys::liveness::alive) return false;
+  if (r.start_ticks) {
+    auto st = pv.start_of(r.pid);
+    if (st && st->ticks != r.start_ticks) return false;  // the pid was reused
+  }
+  return true;
+}
+
 go_view go_inspect(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, const process_view& pv) {
   go_view g;
   if (!s.present || !s.is_dir || !s.meta_exists || !s.meta.go_ok) return g;
@@ -48,7 +56,7 @@ go_view go_inspect(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, 
   if (pid > 0) {
     // syscall.Kill truncates to the kernel's pid_t; a pid that does not fit
     // names no process.
-    if (pid > INT_MAX || pv.probe(pid) == sys::liveness::dead) return g;
+    if (pid > sys::max_pid || pv.probe(pid) == sys::liveness::dead) return g;
   }
   std::int64_t age = now_ms - s.meta_mtime_ms;
   if (age > ttl_ms) return g;
@@ -70,7 +78,7 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
   std::int64_t pid = 0;
   if (s.meta_exists && !m.node_null && m.js_pid) {
     double p = *m.js_pid;
-    if (std::isfinite(p) && std::floor(p) == p && p <= INT_MAX && p >= INT_MIN) pid = static_cast<std::int64_t>(p);
+    if (js_int32(p)) pid = static_cast<std::int64_t>(p);
   }
 
   // A live offload-lock process keeps an OFD read lock on its lock directory:
@@ -103,7 +111,7 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
 
   if (m.js_pid) {
     double p = *m.js_pid;
-    if (!std::isfinite(p) || std::floor(p) != p || p > INT_MAX || p < INT_MIN) {
+    if (!js_int32(p)) {
       v.stale = true;
       v.reason = "pid is not a valid process id";
       return v;

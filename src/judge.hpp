@@ -10,7 +10,7 @@
 #include <string>
 
 #include "meta.hpp"
-#include "posix/sys.hpp"
+#include "os/types.hpp"
 
 namespace offload_lock::detail {
 
@@ -75,6 +75,16 @@ struct go_view {
   std::int64_t pid = 0;
   std::int64_t age_ms = 0;
 };
+// B6 for a process recorded by itself (a waiter registry entry): alive, not
+// a zombie, not from another boot, and not a reused pid (its start ticks).
+// A record from another host is taken at its word.
+struct recorded_process {
+  std::int64_t pid = 0;
+  std::string host, boot_id;
+  std::uint64_t start_ticks = 0;  // 0: not recorded
+};
+bool recorded_process_alive(const recorded_process& r, const process_view& pv);
+
 go_view go_inspect(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, const process_view& pv);
 
 }  // namespace offload_lock::detail

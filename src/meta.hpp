@@ -12,6 +12,8 @@
 
 namespace offload_lock::detail {
 
+// The file in a lock directory that names its holder.
+inline constexpr const char* meta_file_name = "meta.json";
 // Reads of meta.json stop here; a larger file counts as unreadable.
 inline constexpr std::size_t meta_cap = std::size_t{1024} * 1024;
 // Deeper JSON nesting than this counts as unparseable (a bound on work).

@@ -2,7 +2,8 @@
 // not consulted, so every participant's rule can be checked side by side.
 #include "offload_lock/path.hpp"
 
-#include <cstdlib>
+#include "os/process.hpp"
+
 #include <vector>
 
 namespace offload_lock {
@@ -92,11 +93,7 @@ path_resolution resolve_path(std::string_view override_path, const env_lookup& e
 }
 
 path_resolution resolve_path(std::string_view override_path) {
-  return resolve_path(override_path, [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (!v) return std::nullopt;
-    return std::string(v);
-  });
+  return resolve_path(override_path, detail::sys::get_env);
 }
 
 }  // namespace offload_lock

@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "judge.hpp"
+#include "os/clock.hpp"
+#include "os/process.hpp"
+
 namespace offload_lock::detail {
 
 namespace {
@@ -33,19 +37,10 @@ bool entry_name(const std::string& n, bool& temporary) {
   return true;
 }
 
-// Whether the process that wrote the entry still waits, as far as this host
-// can tell: an entry from another host is taken at its word.
+// Whether the process that wrote the entry still waits (B6, as judge.hpp
+// applies it to a recorded process).
 bool alive(const waiter_record& r) {
-  if (r.pid <= 0) return false;
-  if (!r.host.empty() && r.host != sys::host_name()) return true;
-  if (!r.boot_id.empty() && !sys::boot_id().empty() && r.boot_id != sys::boot_id()) return false;
-  auto l = sys::probe(r.pid);
-  if (l != sys::liveness::alive) return false;
-  if (r.proc_ticks) {
-    auto st = sys::start_of(r.pid);
-    if (st && st->ticks != r.proc_ticks) return false;  // the pid was reused
-  }
-  return true;
+  return recorded_process_alive({r.pid, r.host, r.boot_id, r.proc_ticks}, process_view::real());
 }
 
 // Removes the entries of this host's waiters that died without leaving
@@ -103,7 +98,7 @@ bool parse_waiter(const std::string& bytes, waiter_record& out) {
   if (j.is_discarded() || !j.is_object()) return false;
   auto pid = j.find("pid");
   if (pid == j.end() || !pid->is_number_integer() || pid->get<std::int64_t>() <= 0 ||
-      pid->get<std::int64_t>() > 2147483647)
+      !sys::valid_pid(pid->get<std::int64_t>()))
     return false;
   out = waiter_record{};
   out.pid = pid->get<std::int64_t>();
@@ -227,3 +222,9 @@ std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_
 }
 
 }  // namespace offload_lock::detail
+
+namespace offload_lock {
+
+std::vector<waiter> waiters(const std::string& path) { return detail::read_waiters(path, detail::sys::now_ms()); }
+
+}  // namespace offload_lock

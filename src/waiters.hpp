@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "offload_lock/lock.hpp"
-#include "posix/sys.hpp"
+#include "offload_lock/waiters.hpp"
+#include "os/files.hpp"
 
 namespace offload_lock::detail {
 

@@ -12,14 +12,17 @@
 #include <utility>
 #include <variant>
 
+#include "offload_lock/export.h"
+
 namespace offload_lock {
 
 // Outcomes that are not system failures. Contention and timeouts are ordinary
-// results a caller decides on; they never arrive as exceptions.
+// results a caller decides on; they never arrive as exceptions. (3 was
+// not_owner, which nothing returned: a release that names another holder is
+// release_status::not_owner.)
 enum class errc {
   busy = 1,        // held by someone else and the caller asked to try only once
   timed_out = 2,   // still held by someone else when the wait ended
-  not_owner = 3,   // a release named a holder that does not hold the lock
   lost = 4,        // the lock this holder took is no longer its own
   bad_input = 5,   // a malformed argument (for example an empty lock path)
   cancelled = 6,   // a wait was abandoned through lock_options::cancel_fds
@@ -36,12 +39,13 @@ struct is_error_code_enum<offload_lock::errc> : true_type {};
 
 namespace offload_lock {
 
-const std::error_category& category() noexcept;
-std::error_code make_error_code(errc e) noexcept;
+// The category of errc ("offload_lock").
+OFFLOAD_LOCK_API const std::error_category& category() noexcept;
+OFFLOAD_LOCK_API std::error_code make_error_code(errc e) noexcept;
 
 // An error code plus the context it happened in ("rename /tmp/x.lock"), so a
 // message can always name the operation and the path.
-class error {
+class OFFLOAD_LOCK_API error {
  public:
   error() = default;
   error(std::error_code code, std::string context = {})
@@ -64,14 +68,15 @@ class error {
   std::string context_;
 };
 
-// Either a T or an error. value() on an error is a broken precondition and
-// throws std::logic_error; check has_value() (or the bool conversion) first.
+// Either a T or an error. value() on an error, and error() on a value, are
+// broken preconditions and throw std::logic_error; check has_value() (or the
+// bool conversion) first.
 template <class T>
 class result {
  public:
   result(T value) : v_(std::in_place_index<0>, std::move(value)) {}
-  result(error e) : v_(std::in_place_index<1>, std::move(e)) {}
-  result(errc e) : v_(std::in_place_index<1>, error(e)) {}
+  result(offload_lock::error e) : v_(std::in_place_index<1>, std::move(e)) {}
+  result(errc e) : v_(std::in_place_index<1>, offload_lock::error(e)) {}
 
   bool has_value() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return has_value(); }
@@ -83,10 +88,12 @@ class result {
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
 
-  const error& err() const {
-    if (has_value()) throw std::logic_error("offload_lock::result::err() on a value");
+  const offload_lock::error& error() const {
+    if (has_value()) throw std::logic_error("offload_lock::result::error() on a value");
     return std::get<1>(v_);
   }
+  // error() under its 0.1 name.
+  [[deprecated("use result::error()")]] const offload_lock::error& err() const { return error(); }
 
  private:
   void check() const {
@@ -94,7 +101,7 @@ class result {
       throw std::logic_error("offload_lock::result::value() on an error: " +
                              std::get<1>(v_).message());
   }
-  std::variant<T, error> v_;
+  std::variant<T, offload_lock::error> v_;
 };
 
 }  // namespace offload_lock

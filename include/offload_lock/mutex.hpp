@@ -31,7 +31,7 @@ class gpu_mutex {
 
   void lock() {
     auto l = offload_lock::lock::acquire(options_);
-    if (!l) throw std::system_error(l.err().code(), l.err().context());
+    if (!l) throw std::system_error(l.error().code(), l.error().context());
     held_ = std::move(*l);
   }
   bool try_lock() {
@@ -39,8 +39,8 @@ class gpu_mutex {
     once.wait = milliseconds(0);
     auto l = offload_lock::lock::acquire(once);
     if (!l) {
-      if (l.err() == errc::busy) return false;
-      throw std::system_error(l.err().code(), l.err().context());
+      if (l.error() == errc::busy) return false;
+      throw std::system_error(l.error().code(), l.error().context());
     }
     held_ = std::move(*l);
     return true;

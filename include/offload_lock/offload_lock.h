@@ -1,6 +1,6 @@
 /* The C API of offload-lock, for C programs and for other languages through
    their foreign-function interfaces (Python ctypes, Rust, Go cgo ...).
-   Same lock, same rules as the C++ API in offload_lock/lock.hpp. */
+   Same lock, same rules as the C++ API in offload_lock/offload_lock.hpp. */
 #ifndef OFFLOAD_LOCK_H
 #define OFFLOAD_LOCK_H
 
@@ -9,6 +9,11 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* Everything declared here is exported from the shared library. */
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility push(default)
 #endif
 
 /* Results. */
@@ -56,6 +61,10 @@ typedef struct offload_lock_info {
    path). OFFLOAD_LOCK_OK, or OFFLOAD_LOCK_ERROR when it cannot be looked at
    (then `info->stale` holds the message). Never blocks on the lock. */
 int offload_lock_inspect(const char* path, offload_lock_info* info);
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

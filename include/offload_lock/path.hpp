@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "offload_lock/export.h"
+
 namespace offload_lock {
 
 // The basename of the default lock directory under the temporary directory.
@@ -23,7 +25,7 @@ enum class path_rule {
   default_tmp,    // /tmp/local-offload-gpu.lock
 };
 
-const char* to_string(path_rule rule) noexcept;
+OFFLOAD_LOCK_API const char* to_string(path_rule rule) noexcept;
 
 struct path_resolution {
   std::string path;     // the path offload-lock and the Node runners use
@@ -43,12 +45,12 @@ using env_lookup = std::function<std::optional<std::string>(const std::string&)>
 // like Node's path.join. Pure: does not touch the file system. The overload
 // without `env` reads the process environment (getenv; not thread-safe
 // against concurrent setenv, like getenv itself).
-path_resolution resolve_path(std::string_view override_path, const env_lookup& env);
-path_resolution resolve_path(std::string_view override_path = {});
+OFFLOAD_LOCK_API path_resolution resolve_path(std::string_view override_path, const env_lookup& env);
+OFFLOAD_LOCK_API path_resolution resolve_path(std::string_view override_path = {});
 
 // Lexical clean of a path as Node's path.join / Go's filepath.Join leave it:
 // repeated slashes folded, "." removed, ".." resolved where it can be.
-std::string clean_path(std::string_view p);
+OFFLOAD_LOCK_API std::string clean_path(std::string_view p);
 
 }  // namespace offload_lock
 

@@ -60,7 +60,7 @@ ojson to_json(const ol::info& i) {
   opt("label", i.label);
   opt("host", i.host);
   opt("token", i.token);
-  j["stale"] = i.stale ? ojson(*i.stale) : ojson();
+  j["stale"] = i.stale_reason ? ojson(*i.stale_reason) : ojson();
   j["ownerUid"] = i.owner_uid ? ojson(*i.owner_uid) : ojson();
   return j;
 }
@@ -74,7 +74,7 @@ std::string status_line(const ol::info& i) {
     owner = "; lock directory owned by uid " + std::to_string(*i.owner_uid);
   if (i.held) return printable("held by " + who(i) + " for " + ol::describe_duration(i.held_for) + owner);
   if (!i.present) return "free";
-  return printable("free (stale lock of " + who(i) + ": " + i.stale.value_or("unknown") + owner + ")");
+  return printable("free (stale lock of " + who(i) + ": " + i.stale_reason.value_or("unknown") + owner + ")");
 }
 
 // ---- several GPUs ----
@@ -457,7 +457,7 @@ int cmd_acquire(const args& a, const std::string& path) {
   o.heartbeat = false;
   auto l = ol::lock::acquire(o);
   end_status_line();
-  if (!l) return acquire_failed(l.err(), a, path, exit_busy);
+  if (!l) return acquire_failed(l.error(), a, path, exit_busy);
   if (a.json) std::cout << dump(held_json(a, path, *l)) << std::endl;
   else if (slotted(a)) std::cout << l->token() << " " << l->gpu() << std::endl;
   else std::cout << l->token() << std::endl;
@@ -470,7 +470,7 @@ int cmd_acquire(const args& a, const std::string& path) {
   // releases it when the holder exits.
   auto keeper = proc::fork_detached();
   if (keeper && *keeper) {
-    (void)l->hold_for_holder();
+    (void)l->hold_until_holder_exits();
     std::_Exit(0);
   }
   l->detach();
@@ -520,9 +520,9 @@ int cmd_release(const args& a, const std::string& base) {
     if (!a.quiet) say("passing through: " + path + " belongs to the offload-lock run this process runs under; left for it");
     return exit_ok;
   }
-  auto r = ol::release_lock(path, req, a.ttl);
+  auto r = ol::release_by(path, req, a.ttl);
   if (!r) {
-    say(r.err().message());
+    say(r.error().message());
     return exit_system;
   }
   const ol::info& i = r->before;
@@ -569,7 +569,7 @@ int cmd_run(const args& a, const std::string& path) {
   }
   auto child = proc::gated_child::fork_gated(a.cmd, {{"OFFLOAD_LOCK_TOKEN", token}}, per_slot);
   if (!child) {
-    say(child.err().message());
+    say(child.error().message());
     return exit_system;
   }
   o.pid = child->pid();
@@ -597,8 +597,8 @@ int cmd_run(const args& a, const std::string& path) {
       return *status;
     }
     child->abandon();
-    if (l.err() == ol::errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
-    return acquire_failed(l.err(), a, path, a.busy_exit);
+    if (l.error() == ol::errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
+    return acquire_failed(l.error(), a, path, a.busy_exit);
   }
   const std::string shown = held_path(path, *l);
   if (auto e = child->start(l->gpu())) {
@@ -629,8 +629,8 @@ int cmd_hold(const args& a, const std::string& path) {
   auto l = ol::lock::acquire(o);
   end_status_line();
   if (!l) {
-    if (l.err() == ol::errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
-    return acquire_failed(l.err(), a, path, exit_busy);
+    if (l.error() == ol::errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
+    return acquire_failed(l.error(), a, path, exit_busy);
   }
   std::cout << "acquired " << dump(held_json(a, path, *l)) << std::endl;
   const std::string slot_path = held_path(path, *l);

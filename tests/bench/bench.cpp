@@ -246,7 +246,7 @@ void benchmark::uncontended() {
       o.heartbeat = heartbeat;
       r.us = batches_us(n_.batches, n_.lib_ops, [&] {
         auto l = ol::lock::acquire(o);
-        if (!l) throw failure("acquire: " + l.err().message());
+        if (!l) throw failure("acquire: " + l.error().message());
         if (auto e = l->release()) throw failure("release: " + e.message());
       });
     } catch (const std::exception& e) {
@@ -511,7 +511,7 @@ struct lib_holder {
     o.wait = std::chrono::seconds(10);
     o.heartbeat = heartbeat;
     auto l = ol::lock::acquire(o);
-    if (!l) throw failure("holder acquire: " + l.err().message());
+    if (!l) throw failure("holder acquire: " + l.error().message());
     held = std::move(*l);
   }
   void release() {

@@ -47,7 +47,7 @@ int lib_waiter(const std::string& path) {
     auto l = ol::lock::acquire(o);
     std::int64_t t = mono_ns();
     if (!l) {
-      say("e acquire: " + l.err().message());
+      say("e acquire: " + l.error().message());
       continue;
     }
     if (!waited) say("w " + std::to_string(t) + " nowait");
@@ -68,7 +68,7 @@ int lib_hold(const std::string& path, bool heartbeat) {
   o.heartbeat = heartbeat;
   auto l = ol::lock::acquire(o);
   if (!l) {
-    say("e acquire: " + l.err().message());
+    say("e acquire: " + l.error().message());
     return 1;
   }
   say("held " + std::to_string(mono_ns()));
@@ -129,8 +129,8 @@ int lib_loop(const std::string& path, long ms) {
     o.wait = std::chrono::milliseconds(left / 1'000'000 + 1);
     auto l = ol::lock::acquire(o);
     if (!l) {
-      if (l.err() == ol::errc::timed_out || l.err() == ol::errc::busy) break;
-      say("e acquire: " + l.err().message());
+      if (l.error() == ol::errc::timed_out || l.error() == ol::errc::busy) break;
+      say("e acquire: " + l.error().message());
       return 1;
     }
     bool inside = mono_ns() <= end;

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return 2;
   auto l = offload_lock::lock::acquire(argv[1], std::chrono::seconds(10));
   if (!l) {
-    std::cerr << "acquire: " << l.err().message() << "\n";
+    std::cerr << "acquire: " << l.error().message() << "\n";
     return 1;
   }
   if (!offload_lock::inspect(argv[1]).held) return 1;

@@ -337,11 +337,11 @@ int mode_hold(const opts& o) {
   out_line("waiting " + std::to_string(::getpid()));
   auto l = ol::lock::acquire(lo);
   if (!l) {
-    if (l.err() == ol::errc::busy || l.err() == ol::errc::timed_out) {
+    if (l.error() == ol::errc::busy || l.error() == ol::errc::timed_out) {
       out_line("busy");
       return 1;
     }
-    out_line("error " + l.err().message());
+    out_line("error " + l.error().message());
     return 4;
   }
   out_line("acquired " + std::to_string(::getpid()));
@@ -398,7 +398,7 @@ int mode_inspect(const opts& o) {
   out_line(std::string("{\"present\":") + (i.present ? "true" : "false") + ",\"held\":" + (i.held ? "true" : "false") +
            ",\"pid\":" + opt(i.pid) + ",\"startedAt\":" + opt(i.started_at) + ",\"label\":" + json_str(i.label) +
            ",\"token\":" + json_str(i.token) + ",\"nodeStale\":" + (i.node_stale ? "true" : "false") +
-           ",\"goHeld\":" + (i.go_held ? "true" : "false") + ",\"stale\":" + (i.stale ? json_str(*i.stale) : "null") + "}");
+           ",\"goHeld\":" + (i.go_held ? "true" : "false") + ",\"stale\":" + (i.stale_reason ? json_str(*i.stale_reason) : "null") + "}");
   return 0;
 }
 
@@ -421,10 +421,10 @@ int mode_loop(const opts& o) {
     lo.on_lost = [tag](const ol::error&) { event("L", tag + " lib heartbeat"); };
     auto l = ol::lock::acquire(lo);
     if (!l) {
-      if (l.err() == ol::errc::busy || l.err() == ol::errc::timed_out)
+      if (l.error() == ol::errc::busy || l.error() == ol::errc::timed_out)
         event("T", s.tag);
       else
-        event("E", s.tag + " acquire:" + l.err().message());
+        event("E", s.tag + " acquire:" + l.error().message());
       continue;
     }
     critical_section(s, true, l->token());

@@ -91,7 +91,7 @@ TEST_CASE("every kind of meta.json on disk gets its documented judgment", "[mult
       ol::info i = ol::inspect(d.lock());
       CHECK(std::chrono::steady_clock::now() - start < 5s);  // bounded work, whatever the bytes
       CHECK(i.held == fresh_held);
-      if (r.expect == outcome::stale) CHECK(i.stale);
+      if (r.expect == outcome::stale) CHECK(i.stale_reason);
 
       // The command shows the same judgment, one line of JSON, no crash.
       auto st = run_cli({"--lock", d.lock(), "--json", "status"});
@@ -103,7 +103,7 @@ TEST_CASE("every kind of meta.json on disk gets its documented judgment", "[mult
       auto now_try = ol::lock::acquire(d.lock(), 0ms);
       CHECK(static_cast<bool>(now_try) == !fresh_held);
       if (!now_try) {
-        CHECK(now_try.err() == ol::errc::busy);
+        CHECK(now_try.error() == ol::errc::busy);
         // Older than the grace: an unparseable meta is reclaimed, a parseable
         // one with a live (or no) pid is still within its TTL.
         backdate(d.lock(), 10'000);
@@ -185,7 +185,7 @@ TEST_CASE("odd things at the lock path are refused, never followed, never delete
   }
   auto lib = ol::lock::acquire(lock.string(), 0ms);
   REQUIRE_FALSE(lib);
-  CHECK(lib.err().code() == std::errc::not_a_directory);
+  CHECK(lib.error().code() == std::errc::not_a_directory);
   auto st = run_cli({"--lock", lock.string(), "--json", "status"});
   CHECK(st.code == 1);
   CHECK_THAT(json::parse(st.out)["stale"].get<std::string>(), Catch::Contains(what));
@@ -230,7 +230,7 @@ TEST_CASE("a directory holding other files is not a lock: never deleted", "[mult
   CHECK_THAT(forced.err, Catch::Contains("not part of a lock"));
   auto lib = ol::lock::acquire(lock.string(), 0ms);
   REQUIRE_FALSE(lib);
-  CHECK(lib.err().code() == std::errc::directory_not_empty);
+  CHECK(lib.error().code() == std::errc::directory_not_empty);
   // Nothing moved, nothing removed, nothing of ours left beside it.
   CHECK(names_in(lock) == inside);
   CHECK(names_in(d.path) == std::vector<std::string>(fs::exists(d.path / "target") ? std::vector<std::string>{"gpu.lock", "target"}

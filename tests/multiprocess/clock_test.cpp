@@ -43,7 +43,7 @@ TEST_CASE("an mtime in the future reclaims nothing early, and a waiter still get
   o.wait = 0ms;
   auto busy = ol::lock::acquire(o);
   REQUIRE_FALSE(busy);
-  CHECK(busy.err() == ol::errc::busy);
+  CHECK(busy.error() == ol::errc::busy);
 
   SECTION("acquire") {
     o.wait = 30s;
@@ -88,7 +88,7 @@ TEST_CASE("a startedAt in the future with a live holder is held", "[multiprocess
   ol::info i = ol::inspect(d.lock());
   CHECK(i.held);
   CHECK(i.pid == sleeper.id());
-  CHECK(ol::lock::acquire(d.lock(), 0ms).err() == ol::errc::busy);
+  CHECK(ol::lock::acquire(d.lock(), 0ms).error() == ol::errc::busy);
   auto r = run_cli({"--lock", d.lock(), "status"});
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::StartsWith("held by"));

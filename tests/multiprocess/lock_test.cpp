@@ -69,11 +69,11 @@ TEST_CASE("busy and timed out are outcomes, not errors", "[multiprocess]") {
   REQUIRE(first->read_line());
   auto r0 = ol::lock::acquire(d.lock(), 0ms);
   REQUIRE_FALSE(r0);
-  CHECK(r0.err() == ol::errc::busy);
+  CHECK(r0.error() == ol::errc::busy);
   auto start = std::chrono::steady_clock::now();
   auto r1 = ol::lock::acquire(d.lock(), 300ms);
   REQUIRE_FALSE(r1);
-  CHECK(r1.err() == ol::errc::timed_out);
+  CHECK(r1.error() == ol::errc::timed_out);
   CHECK(std::chrono::steady_clock::now() - start >= 300ms);
 }
 
@@ -84,7 +84,7 @@ TEST_CASE("a meta.json back-dated past the TTL is reclaimed, even with a live pi
   SECTION("within the TTL it is held") {
     auto r = ol::lock::acquire(d.lock(), 0ms);
     REQUIRE_FALSE(r);
-    CHECK(r.err() == ol::errc::busy);
+    CHECK(r.error() == ol::errc::busy);
   }
   SECTION("past the TTL it is reclaimed") {
     set_mtime(fs::path(d.lock()) / "meta.json", now_ms() - 2 * 3600 * 1000);
@@ -105,7 +105,7 @@ TEST_CASE("a lock directory without meta is left alone for the grace, then recla
     o.grace = 60s;
     auto r = ol::lock::acquire(o);
     REQUIRE_FALSE(r);
-    CHECK(r.err() == ol::errc::busy);
+    CHECK(r.error() == ol::errc::busy);
     CHECK(fs::is_directory(d.lock()));
   }
   SECTION("older than the grace: reclaimed") {
@@ -203,19 +203,19 @@ TEST_CASE("release by a non-owner leaves the lock in place (B5)", "[multiprocess
   std::string token = line->substr(line->rfind(' ') + 1);
   ol::release_request wrong;
   wrong.token = "someone-else";
-  auto r = ol::release_lock(d.lock(), wrong);
+  auto r = ol::release_by(d.lock(), wrong);
   REQUIRE(r);
   CHECK(r->status == ol::release_status::not_owner);
   CHECK(r->before.pid == first->pid());
   CHECK(ol::inspect(d.lock()).held);
   ol::release_request by_pid;
   by_pid.pid = ::getpid();
-  CHECK(ol::release_lock(d.lock(), by_pid)->status == ol::release_status::not_owner);
+  CHECK(ol::release_by(d.lock(), by_pid)->status == ol::release_status::not_owner);
   CHECK(fs::exists(fs::path(d.lock()) / "meta.json"));
 
   ol::release_request right;
   right.token = token;
-  CHECK(ol::release_lock(d.lock(), right)->status == ol::release_status::released);
+  CHECK(ol::release_by(d.lock(), right)->status == ol::release_status::released);
   CHECK_FALSE(fs::exists(d.lock()));
   // The holder notices on its own, at once (inotify; its heartbeat period is 15 minutes here).
   CHECK(first->read_line() == std::string("on_lost"));
@@ -426,10 +426,10 @@ TEST_CASE("a path that is not a directory is refused, never deleted", "[multipro
   write_file(d.lock(), "precious");
   auto r = ol::lock::acquire(d.lock(), 0ms);
   REQUIRE_FALSE(r);
-  CHECK(r.err().is_system());
-  CHECK_THAT(r.err().message(), Catch::Contains("not a directory"));
+  CHECK(r.error().is_system());
+  CHECK_THAT(r.error().message(), Catch::Contains("not a directory"));
   CHECK(read_file(d.lock()) == "precious");
   auto missing = ol::lock::acquire((d.path / "no" / "such" / "x.lock").string(), 0ms);
   REQUIRE_FALSE(missing);
-  CHECK(missing.err().code() == std::errc::no_such_file_or_directory);
+  CHECK(missing.error().code() == std::errc::no_such_file_or_directory);
 }

@@ -47,7 +47,7 @@ TEST_CASE("gpus = 3: threads take distinct slots; a fourth waits for whichever f
   }
   CHECK(ol::gpu_slot_path(d.lock(), 0) == d.lock());
   CHECK(ol::gpu_slot_path(d.lock(), 2) == d.lock() + ".gpu2");
-  CHECK(ol::lock::acquire(o).err() == ol::errc::busy);
+  CHECK(ol::lock::acquire(o).error() == ol::errc::busy);
 
   std::atomic<int> got{-1};
   std::thread fourth([&] {
@@ -152,11 +152,11 @@ TEST_CASE("GPU options out of range are bad input", "[unit][gpus]") {
   o.path = d.lock();
   o.wait = 0ms;
   o.gpus = 0;
-  CHECK(ol::lock::acquire(o).err() == ol::errc::bad_input);
+  CHECK(ol::lock::acquire(o).error() == ol::errc::bad_input);
   o.gpus = ol::max_gpus + 1;
-  CHECK(ol::lock::acquire(o).err() == ol::errc::bad_input);
+  CHECK(ol::lock::acquire(o).error() == ol::errc::bad_input);
   o.gpus = 3;
   o.gpu = 3;
-  CHECK(ol::lock::acquire(o).err() == ol::errc::bad_input);
+  CHECK(ol::lock::acquire(o).error() == ol::errc::bad_input);
   CHECK_FALSE(fs::exists(d.lock()));
 }

@@ -90,10 +90,10 @@ TEST_CASE("a thread times out in the in-process queue like anywhere else", "[mul
   std::thread t([&] {
     auto busy = ol::lock::acquire(d.lock(), 0ms);
     CHECK(!busy);
-    if (!busy) CHECK(busy.err() == ol::errc::busy);
+    if (!busy) CHECK(busy.error() == ol::errc::busy);
     auto late = ol::lock::acquire(d.lock(), 200ms);
     CHECK(!late);
-    if (!late) CHECK(late.err() == ol::errc::timed_out);
+    if (!late) CHECK(late.error() == ol::errc::timed_out);
   });
   t.join();
   REQUIRE(!holder->release());
@@ -281,7 +281,7 @@ TEST_CASE("a thread started after the holding thread ended does not pass through
     std::thread([&] {
       auto l = ol::lock::acquire(d.lock(), 0ms);
       nested = l && l->nested();
-      busy = !l && l.err() == ol::errc::busy;
+      busy = !l && l.error() == ol::errc::busy;
     }).join();
     REQUIRE_FALSE(nested);
     REQUIRE(busy);

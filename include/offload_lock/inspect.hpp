@@ -1,0 +1,80 @@
+// Looking at the lock without taking it: what is there, who holds it, and
+// whether the other participants (the Node runners, the Go readers) would
+// call it held; and waiting until it is free.
+#ifndef OFFLOAD_LOCK_INSPECT_HPP
+#define OFFLOAD_LOCK_INSPECT_HPP
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "offload_lock/export.h"
+
+namespace offload_lock {
+
+using milliseconds = std::chrono::milliseconds;
+
+// A wait that never ends by itself.
+inline constexpr milliseconds wait_forever = milliseconds::max();
+// The TTL of PROTOCOL A3: a holder whose meta.json mtime is older than this is
+// stale for every participant. offload-lock holders refresh the mtime (B7).
+inline constexpr milliseconds default_ttl = std::chrono::hours(1);
+// How long a lock directory with a missing or unparseable meta.json is left
+// alone, so a Node runner between its mkdir and its write is never robbed (B3).
+inline constexpr milliseconds default_grace = std::chrono::seconds(2);
+
+// One point-in-time view of the lock, as `status` shows it. The strings come
+// from meta.json, which anyone who can write the lock's parent may have
+// written: escape them before a terminal or a parser sees them.
+struct info {
+  std::string path;
+  bool present = false;  // something exists at path
+  bool held = false;     // present and not stale by offload-lock's rules
+  std::optional<std::int64_t> pid;         // recorded holder pid, when a number
+  std::optional<std::int64_t> started_at;  // recorded startedAt, epoch ms
+  milliseconds held_for{0};  // now - startedAt (or - the meta mtime when no startedAt)
+  milliseconds age{0};       // now - meta.json mtime, the clock the TTL rule uses
+  std::string label, host, token, tool;
+  std::optional<std::uint32_t> owner_uid;  // uid owning the lock directory
+  // Why a present lock does not count as held (nullopt when held or absent).
+  std::optional<std::string> stale_reason;
+  // Deprecated: the same as stale_reason, under its 0.1 name; removed in
+  // 0.3. (Not marked [[deprecated]]: compilers then warn at every copy of
+  // an info, in code that never names the member.)
+  std::optional<std::string> stale;
+  // What the other participants conclude from the same bytes.
+  bool node_stale = false;  // the Node runners' isStale() (PROTOCOL A3)
+  bool go_held = false;     // the Go readers' Inspect().Held (PROTOCOL A5)
+  // Set when the lock could not be looked at (for example EACCES on its
+  // parent); held is then false and the message names the path and errno.
+  std::string problem;
+};
+
+// Inspects the lock at `path` without changing anything.
+// - Never blocks on the lock; costs a few system calls.
+// - A missing parent directory reads as no lock (present = false).
+// - A system error does not throw: a failure to look at all (EACCES on the
+//   parent) is info::problem; an unreadable meta.json reads as unreadable, as
+//   it does for the other participants.
+// - Thread-safe; safe in a forked child.
+OFFLOAD_LOCK_API info inspect(const std::string& path, milliseconds ttl = default_ttl,
+                              milliseconds grace = default_grace);
+
+// Waits until the lock at `path` is free (absent, or stale) or `wait` has
+// passed, and returns the last inspection (held is true only when the wait
+// ran out).
+// - Blocks up to `wait`: 0 or negative looks once; wait_forever never gives up.
+// - Wakes at once on the lock directory's removal and on the holder's death
+//   (inotify, pidfd); `poll` (at least 1 ms) bounds each sleep where the file
+//   system gives no notifications.
+// - Reclaims nothing, changes nothing. Errors as inspect(). Thread-safe.
+OFFLOAD_LOCK_API info wait_free(const std::string& path, milliseconds wait,
+                                milliseconds poll = std::chrono::seconds(1), milliseconds ttl = default_ttl);
+
+// A duration for people: "850ms", "42s", "5m12s", "2h03m". Pure.
+OFFLOAD_LOCK_API std::string describe_duration(milliseconds d);
+
+}  // namespace offload_lock
+
+#endif  // OFFLOAD_LOCK_INSPECT_HPP

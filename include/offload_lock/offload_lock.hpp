@@ -1,0 +1,23 @@
+// offload-lock's C++ API, all of it: include this, or the one header you need.
+//   error.hpp    outcomes and system errors, result<T>
+//   path.hpp     where the lock lives (PROTOCOL A1)
+//   inspect.hpp  looking at the lock; waiting until it is free
+//   waiters.hpp  who waits for it
+//   slots.hpp    one lock per GPU
+//   lock.hpp     taking, holding and releasing it
+//   release.hpp  releasing by token or pid, from another process
+//   mutex.hpp    a Lockable for std::lock_guard and std::unique_lock
+// The C API is offload_lock.h.
+#ifndef OFFLOAD_LOCK_OFFLOAD_LOCK_HPP
+#define OFFLOAD_LOCK_OFFLOAD_LOCK_HPP
+
+#include "offload_lock/error.hpp"
+#include "offload_lock/inspect.hpp"
+#include "offload_lock/lock.hpp"
+#include "offload_lock/mutex.hpp"
+#include "offload_lock/path.hpp"
+#include "offload_lock/release.hpp"
+#include "offload_lock/slots.hpp"
+#include "offload_lock/waiters.hpp"
+
+#endif  // OFFLOAD_LOCK_OFFLOAD_LOCK_HPP

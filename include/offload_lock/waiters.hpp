@@ -1,0 +1,37 @@
+// Who waits for the lock: the waiter registry, a directory next to the lock
+// (`.<name>.waiters`) where every waiting offload-lock process keeps one
+// small entry until it stops waiting. Advisory: the lock never depends on it.
+#ifndef OFFLOAD_LOCK_WAITERS_HPP
+#define OFFLOAD_LOCK_WAITERS_HPP
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "offload_lock/export.h"
+#include "offload_lock/inspect.hpp"
+
+namespace offload_lock {
+
+// One process waiting for the lock. The strings are the waiter's own words:
+// escape them before a terminal or a parser sees them.
+struct waiter {
+  std::int64_t pid = 0;    // the waiting process
+  std::string label, host;
+  std::int64_t since = 0;  // when its wait began, epoch ms
+  milliseconds waited{0};  // now - since
+  int gpu = -1;            // the GPU slot it asked for; -1: the first free of `gpus`
+  int gpus = 1;            // how many slots it waits among
+};
+
+// The processes waiting for the lock at `path` (slot 0's path when there are
+// several GPU slots), oldest first. Entries whose process is gone (dead, a
+// zombie, its pid reused, or from before a reboot) are left out.
+// - Never blocks; an unreadable or missing registry reads as no waiters.
+// - A process registers only once it has waited 100 ms, so a quick handoff
+//   never shows here. Thread-safe.
+OFFLOAD_LOCK_API std::vector<waiter> waiters(const std::string& path);
+
+}  // namespace offload_lock
+
+#endif  // OFFLOAD_LOCK_WAITERS_HPP

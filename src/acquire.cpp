@@ -1,0 +1,258 @@
+// The acquire loop (acquire.hpp): the file claim with reclaim and waiting, the
+// in-process queue in front of it (B10), inheritance (B11), and the wait
+// among several GPU slots.
+#include "acquire.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "claim.hpp"
+#include "inherit.hpp"
+#include "inspect.hpp"
+#include "meta.hpp"
+#include "offload_lock/path.hpp"
+#include "os/clock.hpp"
+#include "os/process.hpp"
+#include "reclaim.hpp"
+#include "token.hpp"
+#include "wait.hpp"
+
+namespace offload_lock::detail {
+
+namespace {
+
+// The meta.json record of an acquisition, or bad_input / ESRCH.
+result<meta_record> record_for(const lock_options& opt) {
+  if (opt.pid < 0) return error(errc::bad_input, "holder pid " + std::to_string(opt.pid));
+  meta_record rec;
+  rec.pid = opt.pid ? opt.pid : sys::self_pid();
+  rec.token = opt.token.empty() ? new_token() : opt.token;
+  if (!valid_token(rec.token)) return error(errc::bad_input, "token '" + rec.token + "'");
+  rec.label = opt.label.empty() ? sys::program_name() : opt.label;
+  rec.host = sys::host_name();
+  rec.boot_id = sys::boot_id();
+  if (auto ps = sys::start_of(rec.pid)) {
+    rec.proc_start = ps->epoch_ms;
+    rec.proc_ticks = ps->ticks;
+  } else if (opt.pid) {
+    return error(sys::errno_code(std::errc::no_such_process), "holder pid " + std::to_string(opt.pid));
+  }
+  return rec;
+}
+
+// The file claim of one lock: try, judge, reclaim or wait, until it is ours,
+// the deadline passes or a cancel descriptor fires. `seen`: the watch clock
+// of a caller that judges this lock across several calls (a wait among GPU
+// slots); each call has its own otherwise.
+result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& opt, meta_record rec,
+                                                  std::int64_t deadline, wait_report* rep, watch_clock* seen_across) {
+  const std::string path = t.path;
+  const process_view pv = process_view::real();
+  const std::int64_t ttl = opt.ttl.count(), grace = opt.grace.count();
+  clean_leftovers(t);
+
+  lock_watch watch;
+  watch_clock own_seen{};
+  watch_clock& seen = seen_across ? *seen_across : own_seen;
+  churn_guard churn;
+  for (;;) {
+    rec.started_at = sys::now_ms();
+    const std::string bytes = serialize(rec);
+    auto c = try_claim(t, bytes);
+    if (!c) return c.error();
+    if (c->taken) {
+      auto s = std::make_shared<held_state>();
+      s->t = std::move(t);
+      s->dir = std::move(c->dir);
+      s->id = c->id;
+      s->token = rec.token;
+      s->meta = bytes;
+      s->pid = rec.pid;
+      s->ttl = ttl;
+      s->on_lost = opt.on_lost;
+      if (opt.heartbeat) start_heartbeat(s);
+      return s;
+    }
+
+    auto d = inspect_target(t, ttl, grace, pv, &seen);
+    if (!d) return d.error();
+    if (!d->o.snap.present) {  // released in the meantime: try again at once
+      churn.round_without_wait();
+      continue;
+    }
+    if (!d->o.snap.is_dir) return not_a_lock_directory(path, d->o.snap);
+    verdict v = d->v;
+    if (v.stale) {
+      auto r = reclaim(t, d->o, d->v, ttl, grace, pv);
+      if (!r) return r.error();
+      if (*r != removal::contended) {
+        churn.round_without_wait();
+        continue;
+      }
+      // Another reclaimer is at work: its rename wakes us, this timer bounds it.
+      v.reason = "being reclaimed by another process";
+      v.stale = false;
+      v.holder_pid = 0;
+      v.incomplete = false;
+      v.changes_at_ms = sys::now_ms() + contended_recheck_ms;
+    }
+    churn.waited();
+    if (opt.wait.count() <= 0) return error(errc::busy, path);
+    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return error(errc::timed_out, path);
+    if (rep) rep->waiting({d->i});
+    d->o.dir.reset();
+    if (!watch.wait_for_change(t, d->o.snap, v, deadline, fallback_poll_ms, opt.cancel_fds, rep))
+      return error(errc::cancelled, path);
+  }
+}
+
+
+
+// One slot's lock: the in-process queue (B10), a claim passed down (B11),
+// then the file claim.
+result<lock> acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep,
+                          watch_clock* seen = nullptr) {
+  auto tr = open_target(path);
+  if (!tr) return tr.error();
+  auto rec = record_for(opt);
+  if (!rec) return rec.error();
+  const std::int64_t deadline = deadline_for(opt.wait);
+
+  auto gate = gate_for(*tr);
+  std::unique_lock<std::mutex> g(gate->mu);
+  // B10: a nested acquisition on the thread that holds the lock passes straight through.
+  if (gate->owned && gate->owner == this_thread_serial()) {
+    ++gate->depth;
+    return acquirer::make(gate, false, gpu);
+  }
+  // Otherwise queue behind the other threads of this process, in arrival order.
+  const std::uint64_t ticket = gate->next_ticket++;
+  gate->queue.push_back(ticket);
+  auto my_turn = [&] { return !gate->owned && gate->queue.front() == ticket; };
+  auto leave_queue = [&] {
+    gate->queue.erase(std::find(gate->queue.begin(), gate->queue.end(), ticket));
+    gate->cv.notify_all();
+  };
+  if (deadline < 0) {
+    gate->cv.wait(g, my_turn);
+  } else if (!gate->cv.wait_until(g,
+                                  std::chrono::steady_clock::now() +
+                                      milliseconds(std::max<std::int64_t>(0, deadline - sys::monotonic_ms())),
+                                  my_turn)) {
+    leave_queue();
+    return error(opt.wait.count() <= 0 ? errc::busy : errc::timed_out, path);
+  }
+  leave_queue();
+  gate->owned = true;
+  gate->owner = this_thread_serial();
+  gate->depth = 1;
+  g.unlock();
+
+  // B11: a claim passed down by the process that started us passes straight through.
+  if (opt.inherit) {
+    if (auto token = inherited_token(*tr, opt.ttl.count(), opt.grace.count())) {
+      std::lock_guard<std::mutex> guard(gate->mu);
+      gate->inherited_token = *token;
+      return acquirer::make(gate, true, gpu);
+    }
+  }
+  auto held = acquire_file(std::move(*tr), opt, std::move(*rec), deadline, rep, seen);
+  std::lock_guard<std::mutex> guard(gate->mu);
+  if (!held) {
+    gate->owned = false;
+    gate->depth = 0;
+    gate->cv.notify_all();
+    return held.error();
+  }
+  gate->held = std::move(*held);
+  return acquirer::make(gate, true, gpu);
+}
+
+// The first free of N slots: each round tries every slot once (wait 0),
+// then waits for a change at any of them, on one watcher for all.
+result<lock> acquire_any(const lock_options& opt, const std::string& base) {
+  const int n = opt.gpus;
+  const std::int64_t deadline = deadline_for(opt.wait);
+  // Started under one of these slots (B11): try that one first, so the
+  // claim passes through rather than taking a second GPU.
+  std::vector<int> order;
+  if (auto env_path = inherited_path(); env_path && opt.inherit)
+    for (int k = 0; k < n; ++k)
+      if (clean_path(*env_path) == clean_path(gpu_slot_path(base, k))) order.push_back(k);
+  for (int k = 0; k < n; ++k)
+    if (order.empty() || order.front() != k) order.push_back(k);
+
+  const auto slots = static_cast<std::size_t>(n);
+  wait_report rep(opt, base, -1, n);
+  std::unique_ptr<sys::watcher> w;
+  std::vector<armed_lock> armed(slots);
+  // Each slot's watch clock lives across the rounds, so a clock that reads
+  // a holder's mtime as in the future cannot stretch its TTL here either.
+  std::vector<watch_clock> seen(slots);
+  const process_view pv = process_view::real();
+  churn_guard churn;
+  lock_options once = opt;
+  once.wait = milliseconds(0);
+  for (;;) {
+    for (int k : order) {
+      auto l = acquire_slot(once, gpu_slot_path(base, k), k, nullptr, &seen[static_cast<std::size_t>(k)]);
+      if (l) return l;
+      if (l.error() != errc::busy) return l.error();
+    }
+    if (opt.wait.count() <= 0) return error(errc::busy, base);
+    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return error(errc::timed_out, base);
+
+    // Judge every slot and arm the watcher on it; any slot that changed
+    // meanwhile means another round at once.
+    if (!w) w = std::make_unique<sys::watcher>();
+    std::vector<info> holders;
+    std::int64_t timeout = -1;
+    bool changed = false;
+    for (std::size_t k = 0; k < slots && !changed; ++k) {
+      auto t = open_target(gpu_slot_path(base, static_cast<int>(k)));
+      if (!t) return t.error();
+      auto d = inspect_target(*t, opt.ttl.count(), opt.grace.count(), pv, &seen[k]);
+      if (!d) return d.error();
+      d->o.dir.reset();
+      auto a = d->o.snap.present ? armed[k].arm(*w, *t, d->o.snap, d->v, fallback_poll_ms) : std::nullopt;
+      if (!a) {
+        changed = true;
+        break;
+      }
+      timeout = timeout < 0 ? *a : std::min(timeout, *a);
+      holders.push_back(d->i);
+    }
+    if (changed) {
+      churn.round_without_wait();
+      continue;
+    }
+    churn.waited();
+    rep.waiting(std::move(holders));
+    if (deadline >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
+    std::vector<int> fired;
+    const auto why = rep.wait_ticking(timeout, [&](std::int64_t ms) { return w->wait(ms, opt.cancel_fds, &fired); });
+    if (why == sys::watcher::wake::extra_fd) return error(errc::cancelled, base);
+    for (auto& a : armed) a.woken(fired);
+  }
+}
+
+}  // namespace
+
+lock acquirer::make(const std::shared_ptr<local_gate>& gate, bool outermost, int gpu) {
+  return lock(std::make_unique<handle>(handle{gate, outermost, false, gpu}));
+}
+
+result<lock> acquirer::acquire(const lock_options& opt, const std::string& base) {
+  if (opt.gpus < 1 || opt.gpus > max_gpus)
+    return error(errc::bad_input, "GPU count " + std::to_string(opt.gpus) + " (1 to " + std::to_string(max_gpus) + ")");
+  if (opt.gpu >= max_gpus || (opt.gpus > 1 && opt.gpu >= opt.gpus))
+    return error(errc::bad_input, "GPU slot " + std::to_string(opt.gpu) + " of " + std::to_string(opt.gpus));
+  if (opt.gpus == 1 || opt.gpu >= 0) {
+    const int k = std::max(0, opt.gpu);
+    wait_report rep(opt, base, opt.gpu, opt.gpus);
+    return acquire_slot(opt, gpu_slot_path(base, k), k, &rep);
+  }
+  return acquire_any(opt, base);
+}
+
+}  // namespace offload_lock::detail

@@ -1,0 +1,87 @@
+// Taking the lock (claim.hpp): staging + renameat2, and the mkdir fallback
+// (PROTOCOL B1).
+#include "claim.hpp"
+
+#include "meta.hpp"
+#include "os/clock.hpp"
+#include "os/test_hooks.hpp"
+
+namespace offload_lock::detail {
+
+namespace {
+
+bool is(const error& e, std::errc c) { return e.code() == c; }
+
+// B1 fallback for file systems that refuse RENAME_NOREPLACE: plain mkdir (as
+// Node does), then meta.json written under a temporary name and renamed into
+// place, so readers see no meta or a complete one, never a partial one.
+result<claim> claim_with_mkdir(const target& t, const std::string& bytes) {
+  if (auto e = sys::mkdir_at(t.parent.get(), t.name, 0777, t.path)) {
+    if (is(e, std::errc::file_exists)) return claim{};
+    return e;
+  }
+  sys::crash_point("acquire.mkdir-made");
+  auto d = sys::open_dir(t.parent.get(), t.name, true, t.path);
+  if (!d) {
+    // Out of descriptors, say: the directory just made is still empty, and
+    // only an empty one is removed (rmdir), so a lock someone else has put
+    // there meanwhile stays (tests/multiprocess/fault_test.cpp).
+    (void)sys::unlink_at(t.parent.get(), t.name, true, t.path);
+    return d.error();
+  }
+  (void)sys::ofd_lock(d->get(), false);
+  sys::crash_point("acquire.mkdir-locked");
+  const std::string tmp = ".meta.json." + sys::random_hex(6);
+  error e = sys::write_new_file_at(d->get(), tmp, bytes, t.path + "/" + tmp);
+  sys::crash_point("acquire.mkdir-meta-staged");
+  if (!e) e = sys::rename_at(d->get(), tmp, meta_file_name, t.path + "/" + meta_file_name);
+  sys::crash_point("acquire.mkdir-meta-renamed");
+  if (e) {
+    (void)remove_lock_dir_at(t.parent.get(), t.name, t.path);
+    return e;
+  }
+  auto st = sys::stat_fd(d->get(), t.path);
+  if (!st) return st.error();
+  claim c;
+  c.taken = true;
+  c.dir = std::move(*d);
+  c.id = st->id;
+  return c;
+}
+
+}  // namespace
+
+result<claim> try_claim(const target& t, const std::string& bytes) {
+  const std::string stage = stage_prefix(t) + unique_suffix();
+  const std::string shown = "staging directory for " + t.path;
+  // 0777 minus the umask: the same mode a Node runner's mkdir gives.
+  if (auto e = sys::mkdir_at(t.parent.get(), stage, 0777, shown)) return e;
+  sys::crash_point("acquire.stage-made");
+  auto fail = [&](const error& e) -> result<claim> {
+    (void)remove_lock_dir_at(t.parent.get(), stage, shown);
+    return e;
+  };
+  auto d = sys::open_dir(t.parent.get(), stage, true, shown);
+  if (!d) return fail(d.error());
+  (void)sys::ofd_lock(d->get(), false);
+  sys::crash_point("acquire.stage-locked");
+  if (auto e = sys::write_new_file_at(d->get(), meta_file_name, bytes, t.path + "/" + meta_file_name)) return fail(e);
+  sys::crash_point("acquire.meta-written");
+  auto st = sys::stat_fd(d->get(), shown);
+  if (!st) return fail(st.error());
+  error e = sys::rename_noreplace(t.parent.get(), stage, t.name, t.path);
+  if (!e) {
+    sys::crash_point("acquire.renamed");
+    claim c;
+    c.taken = true;
+    c.dir = std::move(*d);
+    c.id = st->id;
+    return c;
+  }
+  (void)remove_lock_dir_at(t.parent.get(), stage, shown);
+  if (is(e, std::errc::file_exists) || is(e, std::errc::directory_not_empty)) return claim{};
+  if (is(e, std::errc::invalid_argument) || is(e, std::errc::function_not_supported)) return claim_with_mkdir(t, bytes);
+  return e;
+}
+
+}  // namespace offload_lock::detail

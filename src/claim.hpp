@@ -1,0 +1,28 @@
+// Taking the lock (PROTOCOL A2 step 1 with B1): a lock directory that is
+// never visible without its complete meta.json.
+#ifndef OFFLOAD_LOCK_SRC_CLAIM_HPP
+#define OFFLOAD_LOCK_SRC_CLAIM_HPP
+
+#include <string>
+
+#include "lock_dir.hpp"
+
+namespace offload_lock::detail {
+
+struct claim {
+  bool taken = false;  // false: something is at the path already (busy)
+  sys::fd dir;         // the taken directory, holding the holder's OFD read lock
+  sys::file_id id;
+};
+
+// One attempt: builds the directory and its complete meta.json (`bytes`)
+// under a private staging name, takes the holder's OFD read lock on it, then
+// moves it into place with RENAME_NOREPLACE. Where the file system refuses
+// that flag, falls back to mkdir plus a meta.json written under a temporary
+// name and renamed in. A system error names the file that failed; the
+// staging directory is removed on every failure path.
+result<claim> try_claim(const target& t, const std::string& bytes);
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_CLAIM_HPP

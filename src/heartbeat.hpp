@@ -1,0 +1,60 @@
+// One held lock and its heartbeat (PROTOCOL B7): checking that the lock is
+// still ours, refreshing meta.json's mtime well inside the TTL, noticing at
+// once when someone else removes or replaces it, and the one process-wide
+// thread that does this for every lock the process holds.
+#ifndef OFFLOAD_LOCK_SRC_HEARTBEAT_HPP
+#define OFFLOAD_LOCK_SRC_HEARTBEAT_HPP
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "lock_dir.hpp"
+#include "offload_lock/error.hpp"
+
+namespace offload_lock::detail {
+
+// The state of one held acquisition of the lock directory.
+struct held_state {
+  target t;
+  sys::fd dir;  // keeps the OFD read lock: proof of life for other offload-lock processes
+  sys::file_id id;
+  std::string token, meta;
+  std::int64_t pid = 0;
+  std::int64_t ttl = 0;
+  std::function<void(const error&)> on_lost;
+  bool released = false;
+
+  // Kept by the heartbeat service (under its mutex).
+  bool registered = false;
+  int watch_id = -1;
+  bool watch_tried = false;
+  std::int64_t next_touch = 0;
+
+  // The refresh period: TTL/4, between 100 ms and 60 s.
+  std::int64_t period() const;
+  // Same directory at the path, with our token in its meta.json.
+  bool still_ours() const;
+  // Refreshes meta.json's mtime (errors ignored: the next refresh retries,
+  // and the OFD lock and the pid rule keep the lock held meanwhile).
+  void touch();
+
+  enum class kept { lost, holder_exited };
+  // For a lock held on behalf of another process: blocks, refreshing the
+  // mtime, until the lock is lost or the recorded holder exits.
+  kept keep_until_holder_exits();
+
+  // Leaves the heartbeat thread (a no-op when not registered).
+  void stop_heartbeat();
+  // B5: removes the directory only if it is still ours (release.cpp).
+  error release();
+};
+
+// Hands `s` to the process's heartbeat thread, which refreshes it every
+// period() and calls its on_lost when it is removed or replaced.
+void start_heartbeat(const std::shared_ptr<held_state>& s);
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_HEARTBEAT_HPP

@@ -1,0 +1,125 @@
+// Judging and describing the lock (inspect.hpp), and the public inspect() and
+// wait_free() (include/offload_lock/inspect.hpp).
+#include "inspect.hpp"
+
+#include "os/clock.hpp"
+#include "os/process.hpp"
+#include "wait.hpp"
+
+namespace offload_lock {
+
+namespace detail {
+
+process_view process_view::real() {
+  process_view pv;
+  pv.probe = sys::probe;
+  pv.start_of = sys::start_of;
+  pv.boot_id = sys::boot_id();
+  pv.host = sys::host_name();
+  return pv;
+}
+
+namespace {
+
+void fill_info(const snapshot& s, std::int64_t now, info& i) {
+  i.present = s.present;
+  if (!s.present) return;
+  i.owner_uid = s.owner_uid;
+  if (!s.meta_exists) return;
+  const parsed_meta& m = s.meta;
+  if (m.js_pid && *m.js_pid == static_cast<double>(static_cast<std::int64_t>(*m.js_pid)))
+    i.pid = static_cast<std::int64_t>(*m.js_pid);
+  i.started_at = m.started_at;
+  i.label = m.label;
+  i.host = m.host;
+  i.token = m.token;
+  i.tool = m.tool;
+  i.age = milliseconds(now - s.meta_mtime_ms);
+  i.held_for = m.started_at ? milliseconds(now - *m.started_at) : i.age;
+}
+
+void set_stale(info& i, std::optional<std::string> why) {
+  i.stale = why;
+  i.stale_reason = std::move(why);
+}
+
+}  // namespace
+
+result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace, const process_view& pv,
+                                watch_clock* seen) {
+  auto o = observe(t);
+  if (!o) return o.error();
+  detailed d;
+  d.o = std::move(*o);
+  if (seen) seen->update(d.o.snap);
+  const std::int64_t now = sys::now_ms();
+  d.i.path = t.path;
+  fill_info(d.o.snap, now, d.i);
+  const snapshot& s = d.o.snap;
+  if (!s.present) return d;
+  if (!s.is_dir) {
+    d.v.stale = true;
+    d.v.reason = s.is_symlink ? "a symbolic link, not a directory (never followed)" : "not a directory";
+    set_stale(d.i, d.v.reason);
+    d.i.node_stale = true;
+    return d;
+  }
+  d.v = judge(s, now, ttl, grace, pv);
+  d.i.held = !d.v.stale;
+  if (d.v.stale) set_stale(d.i, d.v.reason);
+  d.i.node_stale = node_is_stale(s, now, ttl, pv);
+  d.i.go_held = go_inspect(s, now, ttl, pv).held;
+  return d;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {
+  info i;
+  i.path = path;
+  auto t = open_target(path);
+  if (!t) {
+    // A missing parent means no lock; anything else is reported, not thrown.
+    if (t.error().code() != std::errc::no_such_file_or_directory) i.problem = t.error().message();
+    return i;
+  }
+  auto d = inspect_target(*t, ttl.count(), grace.count(), process_view::real());
+  if (!d) {
+    i.problem = d.error().message();
+    return i;
+  }
+  return d->i;
+}
+
+info wait_free(const std::string& path, milliseconds wait, milliseconds poll, milliseconds ttl) {
+  const std::int64_t deadline = deadline_for(wait);
+  const std::int64_t poll_ms = std::max<std::int64_t>(1, poll.count());
+  const process_view pv = process_view::real();
+  lock_watch lw;
+  watch_clock seen;
+  for (;;) {
+    auto t = open_target(path);
+    if (!t) return inspect(path, ttl);
+    auto d = inspect_target(*t, ttl.count(), default_grace.count(), pv, &seen);
+    if (!d || !d->i.held) return d ? d->i : inspect(path, ttl);
+    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return d->i;
+    d->o.dir.reset();
+    (void)lw.wait_for_change(*t, d->o.snap, d->v, deadline, poll_ms);
+  }
+}
+
+std::string describe_duration(milliseconds d) {
+  long long ms = d.count();
+  std::string sign = ms < 0 ? "-" : "";
+  if (ms < 0) ms = -ms;
+  auto two = [](long long v) { return (v < 10 ? "0" : "") + std::to_string(v); };
+  if (ms < 1000) return sign + std::to_string(ms) + "ms";
+  long long s = ms / 1000;
+  if (s < 60) return sign + std::to_string(s) + "s";
+  if (s < 3600) return sign + std::to_string(s / 60) + "m" + two(s % 60) + "s";
+  return sign + std::to_string(s / 3600) + "h" + two(s / 60 % 60) + "m";
+}
+
+}  // namespace offload_lock

@@ -1,0 +1,29 @@
+// Judging what is at the lock path and describing it as offload_lock::info
+// (PROTOCOL A3, A5, B3, B6): the one look that acquire, release, inspect()
+// and wait_free() share.
+#ifndef OFFLOAD_LOCK_SRC_INSPECT_HPP
+#define OFFLOAD_LOCK_SRC_INSPECT_HPP
+
+#include <cstdint>
+
+#include "judge.hpp"
+#include "lock_dir.hpp"
+#include "offload_lock/inspect.hpp"
+
+namespace offload_lock::detail {
+
+struct detailed {
+  info i;      // as `status` shows it
+  verdict v;   // offload-lock's judgment
+  observed o;  // what was seen, with the directory judged still open
+};
+
+// Observes and judges the lock. `seen`: the caller's watch clock across
+// looks (see watch_clock), updated here. Only a failure to look at all is
+// an error.
+result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace, const process_view& pv,
+                                watch_clock* seen = nullptr);
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_INSPECT_HPP

@@ -1,0 +1,75 @@
+// The lock directory as every step sees it (PROTOCOL B1, B4): the lock path
+// opened through its parent, the private names beside it (staging and
+// moved-aside directories), what a lock directory may contain, and one look
+// at what is at the path now.
+#ifndef OFFLOAD_LOCK_SRC_LOCK_DIR_HPP
+#define OFFLOAD_LOCK_SRC_LOCK_DIR_HPP
+
+#include <cstdint>
+#include <string>
+
+#include "judge.hpp"
+#include "offload_lock/error.hpp"
+#include "os/files.hpp"
+
+namespace offload_lock::detail {
+
+// The lock path, split, with its parent directory open.
+struct target {
+  std::string path, name;
+  sys::fd parent;
+};
+
+// Opens the parent of `path`. bad_input for a path that names no directory;
+// ENAMETOOLONG when the staging names beside it would not fit; the parent's
+// open error (ENOENT, EACCES, ...) naming it.
+result<target> open_target(const std::string& path);
+
+// ".<name>.stage-" and ".<name>.aside-": the prefixes of the private names
+// beside the lock, each followed by "<pid>-<12 hex digits>" (unique_suffix).
+std::string stage_prefix(const target& t);
+std::string aside_prefix(const target& t);
+std::string unique_suffix();
+// The pid in a private name of `t`, 0 when `n` is not one.
+std::int64_t private_name_pid(const target& t, const std::string& n);
+
+// Whether a directory holds only what a lock directory holds: regular files
+// named meta.json or .meta.json.* (the temporary of the mkdir fallback).
+// Anything else is ENOTEMPTY naming the first such entry: a directory holding
+// other files is not a lock, and offload-lock never deletes it.
+error check_lock_contents(int dir, const std::string& shown);
+// Removes the lock directory dirfd/name: checks its contents as above before
+// removing anything, then unlinks those files and the directory. Never
+// follows a symlink and never descends. Missing is not an error. With
+// crash_op, crash_point(crash_op, "meta-removed") runs between the files and
+// the directory.
+error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown,
+                         const char* crash_op = nullptr);
+
+// Reads meta.json and the holder's OFD lock through an open lock directory.
+void read_state(int dir, const std::string& path, snapshot& s);
+
+struct observed {
+  snapshot snap;
+  sys::fd dir;  // the directory judged, when it could be opened
+};
+// What is at the path now. Only a failure to look at all is an error.
+result<observed> observe(const target& t);
+
+// How long one waiter has seen the lock unchanged, by its own monotonic
+// clock (snapshot::unchanged_for_ms): same directory, same mtimes.
+struct watch_clock {
+  bool have = false;
+  sys::file_id id;
+  bool meta_exists = false;
+  std::int64_t dir_mtime = 0, meta_mtime = 0, since = 0;
+  void update(snapshot& s);
+};
+
+// A file, a symlink (to anything, or dangling) or any other non-directory
+// at the lock path: never followed, never removed. ENOTDIR naming the path.
+error not_a_lock_directory(const std::string& path, const snapshot& s);
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_LOCK_DIR_HPP

@@ -1,0 +1,110 @@
+// The seam's file calls: descriptors, directories, reads, writes, renames and
+// locks, each relative to a directory descriptor. Every call retries EINTR,
+// opens with O_CLOEXEC, refuses to follow a symlink where a planted link
+// could redirect it, and returns the errno with the operation and the path
+// shown to people. Declarations only: src/posix/ implements them.
+#ifndef OFFLOAD_LOCK_SRC_OS_FILES_HPP
+#define OFFLOAD_LOCK_SRC_OS_FILES_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "offload_lock/error.hpp"
+#include "os/types.hpp"
+
+namespace offload_lock::detail::sys {
+
+// The "current directory" pseudo descriptor (AT_FDCWD).
+extern const int cwd;
+// An errno value in std::system_category().
+std::error_code errno_code(std::errc e);
+// Builds a system error from an errno value and "operation path".
+error sys_error(int err, const std::string& operation, const std::string& path);
+
+// An owned file descriptor, closed by the destructor.
+class fd {
+ public:
+  fd() noexcept = default;
+  explicit fd(int v) noexcept : v_(v) {}
+  fd(fd&& o) noexcept : v_(o.release()) {}
+  fd& operator=(fd&& o) noexcept;
+  fd(const fd&) = delete;
+  fd& operator=(const fd&) = delete;
+  ~fd();
+  int get() const noexcept { return v_; }
+  bool valid() const noexcept { return v_ >= 0; }
+  int release() noexcept {
+    int v = v_;
+    v_ = -1;
+    return v;
+  }
+  void reset() noexcept;
+
+ private:
+  int v_ = -1;
+};
+
+// Splits "a/b/c" into ("a/b", "c"); "c" into (".", "c"); "/c" into ("/", "c").
+// A trailing slash is ignored. Empty or "/" input gives an empty name.
+void split_path(const std::string& path, std::string& parent, std::string& name);
+
+// Opens a directory (O_DIRECTORY, read-only). With nofollow the last
+// component must not be a symlink.
+result<fd> open_dir(int dirfd, const std::string& name, bool nofollow, const std::string& shown);
+result<stat_info> stat_at(int dirfd, const std::string& name, const std::string& shown);  // no follow
+result<stat_info> stat_fd(int f, const std::string& shown);
+
+struct file_bytes {
+  std::string bytes;
+  stat_info st;
+  bool truncated = false;  // the file was larger than the cap
+};
+// Reads at most `cap` bytes of a regular file, without following a symlink and
+// without blocking on a FIFO. A non-regular file is EINVAL.
+result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown);
+
+error mkdir_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown);
+// Creates `name` (must not exist) and writes all of `bytes`.
+error write_new_file_at(int dirfd, const std::string& name, const std::string& bytes, const std::string& shown);
+// renameat2(RENAME_NOREPLACE). EINVAL/ENOSYS mean the file system refuses the
+// flag (or the test switch OFFLOAD_LOCK_NO_RENAMEAT2 says to act as if).
+error rename_noreplace(int dirfd, const std::string& from, const std::string& to, const std::string& shown);
+error rename_at(int dirfd, const std::string& from, const std::string& to, const std::string& shown);
+// unlinkat; `dir` removes a directory. Missing is not an error.
+error unlink_at(int dirfd, const std::string& name, bool dir, const std::string& shown);
+// fchmod: sets the mode of an open file or directory exactly (no umask).
+error chmod_fd(int f, unsigned mode, const std::string& shown);
+// Sets the mtime (and atime) of dirfd/name to now, not following symlinks.
+error touch_at(int dirfd, const std::string& name, const std::string& shown);
+// Names in a directory (without . and ..).
+result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown);
+
+// Open-file-description record locks over the whole file (F_OFD_SETLK),
+// never blocking: no error when taken, EAGAIN when another open file
+// description holds a conflicting lock. They work on directory descriptors,
+// are kept across fork, and vanish when the last descriptor closes, whatever
+// way the process ends.
+error ofd_lock(int f, bool write);
+// flock(LOCK_EX | LOCK_NB). Independent of the OFD locks above (Linux keeps
+// the two apart). EWOULDBLOCK when another open file description holds it.
+error try_flock_exclusive(int f);
+// True when another open file description holds a lock that would conflict
+// with a write lock (F_OFD_GETLK): probes without taking anything.
+bool ofd_locked_elsewhere(int f);
+
+// A pipe (read end, write end), both close-on-exec; the read end non-blocking.
+result<std::pair<fd, fd>> make_pipe();
+void notify(int write_end);  // writes one byte, never blocks
+void drain(int read_end);    // reads whatever is queued, never blocks
+// Waits until one of the descriptors (those >= 0) is readable or hung up, or
+// timeout_ms passes (negative: no timeout). Retries EINTR.
+void wait_readable(std::initializer_list<int> fds, std::int64_t timeout_ms);
+
+}  // namespace offload_lock::detail::sys
+
+#endif  // OFFLOAD_LOCK_SRC_OS_FILES_HPP

@@ -1,0 +1,41 @@
+// The seam's view of processes: liveness, start times, this process's
+// identity and environment, and fork handlers. Declarations only:
+// src/posix/ implements them.
+#ifndef OFFLOAD_LOCK_SRC_OS_PROCESS_HPP
+#define OFFLOAD_LOCK_SRC_OS_PROCESS_HPP
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "os/types.hpp"
+
+namespace offload_lock::detail::sys {
+
+// kill(pid, 0) with EPERM counted as alive, then /proc/<pid>/stat for the
+// zombie state. `invalid` for a pid outside 1..max_pid.
+liveness probe(std::int64_t pid);
+// The process's start, nullopt when it cannot be read (gone, invalid pid).
+// This process's own start is read once and cached (per pid, so a forked
+// child reads its own).
+std::optional<proc_start> start_of(std::int64_t pid);
+std::int64_t self_pid();
+std::uint32_t effective_uid();
+std::int64_t parent_pid();
+// /proc/sys/kernel/random/boot_id, read once; empty when unreadable.
+const std::string& boot_id();
+const std::string& host_name();
+std::string program_name();
+// One environment variable; nullopt when unset. Not thread-safe against a
+// concurrent setenv, like getenv itself.
+std::optional<std::string> get_env(const std::string& name);
+
+// Registers fork handlers (pthread_atfork): `prepare` runs in the parent
+// before fork, `parent` after it in the parent, `child` in the child. Used to
+// take the process-wide mutexes around fork so none is copied locked into a
+// child, whose other threads are gone.
+void on_fork(void (*prepare)(), void (*parent)(), void (*child)());
+
+}  // namespace offload_lock::detail::sys
+
+#endif  // OFFLOAD_LOCK_SRC_OS_PROCESS_HPP

@@ -1,0 +1,146 @@
+// The seam's view of processes (os/process.hpp) on Linux: kill(pid, 0),
+// /proc/<pid>/stat, the boot id, the host name, the environment, fork handlers.
+#include "os/process.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "os/clock.hpp"
+#include "posix/common.hpp"
+#include "posix/syscalls.hpp"
+
+namespace offload_lock::detail::sys {
+
+namespace {
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Parses /proc/<pid>/stat: the state letter and the start time in ticks.
+bool read_proc_stat(std::int64_t pid, char& state, std::uint64_t& ticks) {
+  std::string s = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  // The command name is in parentheses and may itself hold spaces and ')'.
+  auto close = s.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream in(s.substr(close + 1));
+  std::string field;
+  // After ")": state is field 3; starttime is field 22.
+  for (int i = 3; i <= 22; ++i) {
+    if (!(in >> field)) return false;
+    if (i == 3) state = field.empty() ? '?' : field[0];
+  }
+  try {
+    ticks = std::stoull(field);
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+// start_of()'s cache of this process's own start, keyed by pid so that a
+// forked child reads its own.
+std::mutex self_mu;
+std::int64_t self_cached_pid = 0;
+std::uint64_t self_cached_ticks = 0;
+
+// fork() copies only the calling thread: the cache's mutex is taken around
+// it so it is never copied locked.
+struct fork_guard {
+  fork_guard() noexcept { on_fork([] { self_mu.lock(); }, [] { self_mu.unlock(); }, [] { self_mu.unlock(); }); }
+};
+#if !defined(__SANITIZE_THREAD__)
+// (Not under ThreadSanitizer, whose own fork handling can deadlock against
+// mutexes taken in fork handlers.)
+const fork_guard installed_fork_guard;
+#endif
+
+}  // namespace
+
+liveness probe(std::int64_t pid) {
+  if (!valid_pid(pid)) return liveness::invalid;
+  if (calls.kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return liveness::dead;
+  char state = '?';
+  std::uint64_t ticks = 0;
+  // kill(pid, 0) succeeds on a zombie: only its state tells it has exited.
+  if (read_proc_stat(pid, state, ticks) && (state == 'Z' || state == 'X')) return liveness::zombie;
+  return liveness::alive;
+}
+
+std::optional<proc_start> start_of(std::int64_t pid) {
+  if (!valid_pid(pid)) return std::nullopt;
+  const bool self = pid == ::getpid();
+  std::uint64_t ticks = 0;
+  bool cached = false;
+  if (self) {
+    std::lock_guard<std::mutex> g(self_mu);
+    cached = self_cached_pid == pid;
+    ticks = self_cached_ticks;
+  }
+  if (!cached) {
+    char state = '?';
+    if (!read_proc_stat(pid, state, ticks)) return std::nullopt;
+    if (self) {
+      std::lock_guard<std::mutex> g(self_mu);
+      self_cached_pid = pid;
+      self_cached_ticks = ticks;
+    }
+  }
+  long hz = ::sysconf(_SC_CLK_TCK);
+  if (hz <= 0) hz = 100;
+  struct timespec boot {};
+  ::clock_gettime(CLOCK_BOOTTIME, &boot);
+  // The start in boot time, turned into wall time by today's offset between
+  // the two clocks (so a wall-clock step since boot does not skew it).
+  std::int64_t started_boot_ms = static_cast<std::int64_t>(ticks * 1000 / static_cast<std::uint64_t>(hz));
+  proc_start out;
+  out.ticks = ticks;
+  out.epoch_ms = now_ms() - (ts_ms(boot) - started_boot_ms);
+  return out;
+}
+
+std::int64_t self_pid() { return ::getpid(); }
+std::uint32_t effective_uid() { return ::geteuid(); }
+std::int64_t parent_pid() { return ::getppid(); }
+
+const std::string& boot_id() {
+  static const std::string id = [] {
+    std::string s = read_small_file("/proc/sys/kernel/random/boot_id");
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }();
+  return id;
+}
+
+const std::string& host_name() {
+  static const std::string name = [] {
+    char buf[HOST_NAME_MAX + 1] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0) return std::string();
+    return std::string(buf);
+  }();
+  return name;
+}
+
+std::string program_name() { return program_invocation_short_name ? program_invocation_short_name : ""; }
+
+std::optional<std::string> get_env(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+void on_fork(void (*prepare)(), void (*parent)(), void (*child)()) { ::pthread_atfork(prepare, parent, child); }
+
+}  // namespace offload_lock::detail::sys

@@ -1,0 +1,58 @@
+// The system calls the library makes, as one table of function pointers, so
+// tests can make any of them fail (ENOSPC, EMFILE, EIO, ...) or interleave
+// another process's step, without root and without a special file system.
+// Every call in src/posix/ goes through `calls`; untouched, each costs one
+// indirect call. A test replaces an entry, runs the scenario, and puts the
+// saved table back (see tests/support.hpp's syscall_override). Replacing
+// entries while other threads of the library run is a data race: tests do
+// it between operations.
+#ifndef OFFLOAD_LOCK_SRC_POSIX_SYSCALLS_HPP
+#define OFFLOAD_LOCK_SRC_POSIX_SYSCALLS_HPP
+
+#include <dirent.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include <cstdint>
+
+struct flock;
+
+namespace offload_lock::detail::sys {
+
+struct syscall_table {
+  int (*openat)(int dirfd, const char* name, int flags, mode_t mode);
+  int (*close)(int fd);
+  ssize_t (*read)(int fd, void* buf, size_t n);
+  ssize_t (*write)(int fd, const void* buf, size_t n);
+  int (*fstat)(int fd, struct stat* st);
+  int (*fstatat)(int dirfd, const char* name, struct stat* st, int flags);
+  int (*mkdirat)(int dirfd, const char* name, mode_t mode);
+  int (*unlinkat)(int dirfd, const char* name, int flags);
+  int (*renameat)(int olddirfd, const char* from, int newdirfd, const char* to);
+  int (*renameat2)(int olddirfd, const char* from, int newdirfd, const char* to, unsigned flags);
+  int (*fchmod)(int fd, mode_t mode);
+  int (*utimensat)(int dirfd, const char* name, const struct timespec times[2], int flags);
+  DIR* (*fdopendir)(int fd);
+  int (*ofd_setlk)(int fd, struct flock* l);  // fcntl(F_OFD_SETLK)
+  int (*ofd_getlk)(int fd, struct flock* l);  // fcntl(F_OFD_GETLK)
+  int (*flock)(int fd, int op);
+  int (*pipe2)(int fds[2], int flags);
+  int (*poll)(struct pollfd* fds, nfds_t n, int timeout_ms);
+  int (*kill)(pid_t pid, int sig);
+  int (*inotify_init1)(int flags);
+  int (*inotify_add_watch)(int fd, const char* path, std::uint32_t mask);
+  int (*inotify_rm_watch)(int fd, int wd);
+  int (*pidfd_open)(pid_t pid, unsigned flags);
+  ssize_t (*getrandom)(void* buf, size_t n, unsigned flags);
+};
+
+// The table in use.
+extern syscall_table calls;
+// The real calls, for a test to restore or to delegate to.
+extern const syscall_table real_calls;
+
+}  // namespace offload_lock::detail::sys
+
+#endif  // OFFLOAD_LOCK_SRC_POSIX_SYSCALLS_HPP

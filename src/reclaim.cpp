@@ -1,0 +1,83 @@
+// Reclaim (reclaim.hpp): exact removal of the judged directory, serialized
+// among offload-lock reclaimers, and the leftovers of crashes (PROTOCOL B4).
+#include "reclaim.hpp"
+
+#include "os/clock.hpp"
+#include "os/process.hpp"
+#include "os/test_hooks.hpp"
+#include "waiters.hpp"
+
+namespace offload_lock::detail {
+
+result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op) {
+  auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+  if (!st || st->id != id) return removal::changed;
+  const std::string aside = aside_prefix(t) + unique_suffix();
+  if (auto e = sys::rename_at(t.parent.get(), t.name, aside, t.path)) {
+    if (e.code() == std::errc::no_such_file_or_directory) return removal::changed;
+    return error(e.code(), failure);
+  }
+  sys::crash_point(op, "moved-aside");
+  auto moved = sys::stat_at(t.parent.get(), aside, aside);
+  if (moved && moved->id != id) {
+    // Another participant replaced the directory between the check and the
+    // rename: that one is live. Put it back (tests/multiprocess/fault_test.cpp).
+    if (auto e = sys::rename_noreplace(t.parent.get(), aside, t.name, t.path))
+      return error(e.code(), "moved a live lock aside at " + t.path + " and could not put it back; it is at " + aside);
+    return removal::changed;
+  }
+  // Only what a lock holds is removed. A directory that turns out to hold
+  // anything else (put there since it was checked) is not a lock: it goes
+  // back where it was, untouched. Any other failure leaves only our
+  // moved-aside name, which the next acquisition cleans up; the lock path
+  // itself is already free.
+  if (auto e = remove_lock_dir_at(t.parent.get(), aside, t.path, op)) {
+    if (e.code() != std::errc::directory_not_empty) return removal::removed;
+    if (sys::rename_noreplace(t.parent.get(), aside, t.name, t.path))
+      return error(e.code(), e.context() + "; it is at " + aside + " beside it now");
+    return e;
+  }
+  return removal::removed;
+}
+
+result<removal> reclaim(const target& t, observed& o, const verdict& why, std::int64_t ttl, std::int64_t grace,
+                        const process_view& pv) {
+  std::string failure = "cannot remove stale lock " + t.path + " (" + why.reason + ")";
+  if (o.snap.owner_uid != sys::effective_uid()) failure += " owned by uid " + std::to_string(o.snap.owner_uid);
+  if (o.dir.valid()) {
+    if (auto e = sys::try_flock_exclusive(o.dir.get())) {
+      if (e.code() == std::errc::operation_would_block) return removal::contended;
+    }
+    sys::crash_point("reclaim.flocked");
+    const bool had_meta = o.snap.meta_exists;
+    const std::int64_t had_mtime = o.snap.meta_mtime_ms;
+    read_state(o.dir.get(), t.path, o.snap);
+    // Refreshed since it was judged: the time seen unchanged starts again.
+    if (o.snap.meta_exists != had_meta || o.snap.meta_mtime_ms != had_mtime) o.snap.unchanged_for_ms = 0;
+    if (!judge(o.snap, sys::now_ms(), ttl, grace, pv).stale) return removal::changed;
+    // A directory holding what a lock never holds is not a lock (a mistyped
+    // GPU_LOCK naming a real directory, say): refuse, and touch nothing.
+    if (auto e = check_lock_contents(o.dir.get(), t.path)) return e;
+  }
+  return remove_exact(t, o.snap.id, failure, "reclaim");
+}
+
+void clean_leftovers(const target& t) {
+  auto names = sys::list_dir(t.parent.get(), "parent of " + t.path);
+  if (!names) return;
+  for (const auto& n : *names) {
+    if (n == waiters_dir_name(t.name)) {
+      // Entries of waiters killed while they waited, and the registry with
+      // them once it is empty.
+      sweep_waiters(t.parent.get(), n, t.path);
+      continue;
+    }
+    const std::int64_t pid = private_name_pid(t, n);
+    if (pid <= 0 || sys::probe(pid) == sys::liveness::alive) continue;
+    auto st = sys::stat_at(t.parent.get(), n, n);
+    sys::crash_point("cleanup.leftover");
+    if (st && st->is_dir) (void)remove_lock_dir_at(t.parent.get(), n, n);
+  }
+}
+
+}  // namespace offload_lock::detail

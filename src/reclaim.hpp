@@ -1,0 +1,43 @@
+// Reclaim (PROTOCOL A2 step 3 with B4): removing exactly the lock directory
+// that was judged, and the leftovers of processes that died mid-step.
+#ifndef OFFLOAD_LOCK_SRC_RECLAIM_HPP
+#define OFFLOAD_LOCK_SRC_RECLAIM_HPP
+
+#include <cstdint>
+#include <string>
+
+#include "judge.hpp"
+#include "lock_dir.hpp"
+
+namespace offload_lock::detail {
+
+enum class removal {
+  removed,    // the judged directory is gone from the path
+  changed,    // the path no longer names that directory (or it is no longer stale); nothing removed
+  contended,  // another offload-lock process is reclaiming it (its flock is held); nothing removed
+};
+
+// Removes the directory at the path only if it is the one with identity
+// `id`: checks, moves it aside under a unique name, checks the moved one
+// (another participant may have replaced it between the check and the move:
+// that one is live, and goes back), then deletes it without following
+// symlinks. A directory that turns out to hold what a lock never holds goes
+// back untouched (ENOTEMPTY). `failure` is the message of a failed move;
+// `op` names the crash points ("reclaim", "release").
+result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op);
+
+// B4: under a flock on the judged directory (which serializes offload-lock
+// reclaimers), checks again that no live offload-lock process holds it and
+// that it is still stale, refuses a directory that is not a lock, then
+// removes exactly it (remove_exact).
+result<removal> reclaim(const target& t, observed& o, const verdict& why, std::int64_t ttl, std::int64_t grace,
+                        const process_view& pv);
+
+// Staging and moved-aside directories of processes that died mid-step, and
+// dead waiters' registry entries. Best effort; touches nothing but
+// directories with our private names whose creating process is gone.
+void clean_leftovers(const target& t);
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_RECLAIM_HPP

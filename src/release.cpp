@@ -1,0 +1,65 @@
+// Release with ownership (PROTOCOL B5): a held lock's own release, and
+// release_by() for a lock held by token or pid from another process. Both
+// remove exactly the directory they matched (reclaim.hpp's remove_exact).
+#include "offload_lock/release.hpp"
+
+#include "heartbeat.hpp"
+#include "inspect.hpp"
+#include "os/test_hooks.hpp"
+#include "reclaim.hpp"
+
+namespace offload_lock {
+
+namespace detail {
+
+error held_state::release() {
+  stop_heartbeat();
+  if (released) return {};
+  released = true;
+  if (!still_ours()) return error(errc::lost, t.path);
+  sys::crash_point("release.checked");
+  auto r = remove_exact(t, id, "cannot release lock " + t.path, "release");
+  if (!r) return r.error();
+  return *r == removal::removed ? error{} : error(errc::lost, t.path);
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+result<release_outcome> release_by(const std::string& path, const release_request& req, milliseconds ttl) {
+  auto t = open_target(path);
+  if (!t) {
+    if (t.error().code() == std::errc::no_such_file_or_directory) return release_outcome{};
+    return t.error();
+  }
+  for (int attempt = 0;; ++attempt) {
+    auto d = inspect_target(*t, ttl.count(), default_grace.count(), process_view::real());
+    if (!d) return d.error();
+    release_outcome out;
+    out.before = d->i;
+    const snapshot& s = d->o.snap;
+    if (!s.present) return out;
+    if (!s.is_dir) return not_a_lock_directory(path, s);
+    const bool matches = req.force || (!req.token.empty() && req.token == d->i.token) ||
+                         (req.pid > 0 && d->i.pid && *d->i.pid == req.pid);
+    if (!matches) {
+      out.status = d->i.held ? release_status::not_owner : release_status::already_free;
+      return out;
+    }
+    if (d->o.dir.valid())
+      if (auto e = check_lock_contents(d->o.dir.get(), path)) return e;
+    d->o.dir.reset();
+    auto r = remove_exact(*t, s.id, "cannot release lock " + path, "release");
+    if (!r) return r.error();
+    if (*r == removal::removed) {
+      out.status = release_status::released;
+      return out;
+    }
+    // Replaced while we looked: judge the new one. Bounded, since each round
+    // means another participant took or released the lock meanwhile.
+    if (attempt >= 100) return error(errc::busy, path);
+  }
+}
+
+}  // namespace offload_lock

@@ -1,0 +1,159 @@
+// Waiting for a held lock (wait.hpp): arming the watcher, sleeping until a
+// change, the churn guard and the reports of a waiting acquisition (B9).
+#include "wait.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "os/clock.hpp"
+#include "os/process.hpp"
+
+namespace offload_lock::detail {
+
+namespace {
+
+// A waiter registers in the waiter registry once it has waited this long.
+constexpr std::int64_t kRegisterAfterMs = 100;
+constexpr int kRoundsBeforePause = 100;
+constexpr std::int64_t kChurnPauseMs = 10;
+
+std::string key_of(const info& i) {
+  return i.path + "|" + i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + i.label;
+}
+
+}  // namespace
+
+std::int64_t deadline_for(milliseconds wait) {
+  if (wait == wait_forever) return -1;
+  return sys::monotonic_ms() + std::max<std::int64_t>(0, wait.count());
+}
+
+void churn_guard::round_without_wait() {
+  if (++rounds_ < kRoundsBeforePause) return;
+  std::this_thread::sleep_for(milliseconds(kChurnPauseMs));
+  rounds_ = 0;
+}
+
+std::optional<std::int64_t> armed_lock::arm(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
+                                            std::int64_t poll_ms) {
+  w.unwatch(dir_id);
+  dir_id = w.watch_lock(t.path, v.incomplete);
+  // The directory may have been replaced between the look and the watch.
+  auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+  if (!st || st->id != s.id) return std::nullopt;
+  if (v.holder_pid != pid || pid_id < 0 || dead_seen.count(v.holder_pid)) {
+    w.unwatch(pid_id);
+    pid_id = -1;
+    pid = v.holder_pid;
+    if (v.holder_pid > 0 && !dead_seen.count(v.holder_pid)) {
+      pid_id = w.watch_pid(v.holder_pid);
+      // pidfd_open fails with ESRCH when the holder died just now.
+      if (pid_id < 0 && w.has_pidfd() && sys::probe(v.holder_pid) == sys::liveness::dead) return std::nullopt;
+    }
+  }
+  // A holder that cannot be watched, including one seen to exit that still
+  // looks like the holder (its lock not yet released), is re-checked at the
+  // fallback period rather than the long safety one.
+  std::int64_t timeout = safety_recheck_ms;
+  if (dir_id < 0 || (v.holder_pid > 0 && pid_id < 0)) timeout = poll_ms;
+  if (v.changes_at_ms > 0) timeout = std::min(timeout, std::max<std::int64_t>(1, v.changes_at_ms - sys::now_ms()));
+  return timeout;
+}
+
+void armed_lock::woken(const std::vector<int>& fired) {
+  if (pid_id >= 0 && std::find(fired.begin(), fired.end(), pid_id) != fired.end()) dead_seen.insert(pid);
+}
+
+bool lock_watch::wait_for_change(const target& t, const snapshot& s, const verdict& v, std::int64_t deadline,
+                                 std::int64_t poll_ms, const std::vector<int>& cancel_fds, wait_report* rep) {
+  if (!w_) w_ = std::make_unique<sys::watcher>();
+  auto armed = armed_.arm(*w_, t, s, v, poll_ms);
+  if (!armed) return true;
+  std::int64_t timeout = *armed;
+  if (deadline >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
+  std::vector<int> fired;
+  auto once = [&](std::int64_t ms) { return w_->wait(ms, cancel_fds, &fired); };
+  const auto why = rep ? rep->wait_ticking(timeout, once) : once(timeout);
+  armed_.woken(fired);
+  return why != sys::watcher::wake::extra_fd;
+}
+
+wait_report::wait_report(const lock_options& o, std::string registry_path, int gpu, int gpus)
+    : opt_(o),
+      registry_path_(std::move(registry_path)),
+      gpu_(gpu),
+      gpus_(gpus),
+      began_mono_(sys::monotonic_ms()),
+      began_wall_(sys::now_ms()) {}
+
+void wait_report::maybe_register() {
+  if (tried_registering_ || !opt_.register_waiter || sys::monotonic_ms() < began_mono_ + kRegisterAfterMs) return;
+  tried_registering_ = true;
+  waiter_record r;
+  r.pid = sys::self_pid();
+  r.label = opt_.label.empty() ? sys::program_name() : opt_.label;
+  r.host = sys::host_name();
+  r.boot_id = sys::boot_id();
+  if (auto ps = sys::start_of(r.pid)) r.proc_ticks = ps->ticks;
+  r.since = began_wall_;
+  r.gpu = gpu_;
+  r.gpus = gpus_;
+  reg_ = waiter_registration::add(registry_path_, r);
+}
+
+void wait_report::waiting(std::vector<info> now) {
+  maybe_register();
+  std::vector<std::string> now_keys;
+  now_keys.reserve(now.size());
+  bool changed = now.size() != keys_.size();
+  for (std::size_t k = 0; k < now.size(); ++k) {
+    now_keys.push_back(key_of(now[k]));
+    if (k >= keys_.size() || keys_[k] != now_keys[k]) {
+      changed = true;
+      if (opt_.on_wait) opt_.on_wait(now[k]);
+    }
+  }
+  keys_ = std::move(now_keys);
+  holders_ = std::move(now);
+  seen_mono_ = sys::monotonic_ms();
+  if (next_tick_ < 0 && opt_.progress_every.count() > 0) next_tick_ = seen_mono_ + opt_.progress_every.count();
+  if (changed) report(true);
+}
+
+void wait_report::report(bool changed) {
+  if (!opt_.on_progress) return;
+  wait_progress p;
+  p.holders = holders_;
+  const std::int64_t now = sys::monotonic_ms();
+  for (auto& h : p.holders)
+    if (h.present) {
+      h.held_for += milliseconds(now - seen_mono_);
+      h.age += milliseconds(now - seen_mono_);
+    }
+  p.waited = milliseconds(now - began_mono_);
+  p.changed = changed;
+  opt_.on_progress(p);
+}
+
+// Milliseconds until the next periodic report or the registration,
+// whichever is first; -1 when neither is due.
+std::int64_t wait_report::tick_in() const {
+  const std::int64_t now = sys::monotonic_ms();
+  std::int64_t t = -1;
+  if (next_tick_ >= 0 && opt_.on_progress) t = std::max<std::int64_t>(0, next_tick_ - now);
+  if (!tried_registering_ && opt_.register_waiter) {
+    const std::int64_t r = std::max<std::int64_t>(0, began_mono_ + kRegisterAfterMs - now);
+    t = t < 0 ? r : std::min(t, r);
+  }
+  return t;
+}
+
+void wait_report::tick() {
+  maybe_register();
+  if (next_tick_ >= 0 && opt_.on_progress && sys::monotonic_ms() >= next_tick_) {
+    next_tick_ = sys::monotonic_ms() + opt_.progress_every.count();
+    report(false);
+  }
+}
+
+}  // namespace offload_lock::detail

@@ -1,0 +1,133 @@
+// Waiting for a held lock (PROTOCOL B9): deadlines, arming the watcher on a
+// lock and its holder, sleeping until the judged state may change, the churn
+// guard, and what a waiting acquisition reports (the waiter registry,
+// on_wait, on_progress).
+#ifndef OFFLOAD_LOCK_SRC_WAIT_HPP
+#define OFFLOAD_LOCK_SRC_WAIT_HPP
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "judge.hpp"
+#include "lock_dir.hpp"
+#include "offload_lock/lock.hpp"
+#include "os/clock.hpp"
+#include "os/watch.hpp"
+#include "waiters.hpp"
+
+namespace offload_lock::detail {
+
+// With working notifications a waiter still re-checks this rarely, in case
+// the lock lives on a file system whose remote changes send no events.
+inline constexpr std::int64_t safety_recheck_ms = 60'000;
+// Without notifications (or without pidfd for a live holder) it re-checks
+// this often, like the Node runners.
+inline constexpr std::int64_t fallback_poll_ms = 1'000;
+// How long to wait for another process that is reclaiming the same stale lock.
+inline constexpr std::int64_t contended_recheck_ms = 50;
+
+// The monotonic deadline of a wait: -1 for wait_forever, now for 0 or less.
+std::int64_t deadline_for(milliseconds wait);
+
+// Rounds of try/reclaim that end without a wait mean another participant
+// changed the lock meanwhile. Should that go on and on, pause between rounds
+// rather than spin.
+class churn_guard {
+ public:
+  void round_without_wait();  // pauses 10 ms after every 100 in a row
+  void waited() { rounds_ = 0; }
+
+ private:
+  int rounds_ = 0;
+};
+
+// One lock as a waiter watches it on a (possibly shared) watcher: its
+// directory and its holder's exit.
+struct armed_lock {
+  int dir_id = -1, pid_id = -1;
+  std::int64_t pid = 0;
+  // Holders seen to exit that still looked like the holder: re-checked at
+  // the fallback period rather than watched again.
+  std::set<std::int64_t> dead_seen;
+
+  // Arms `w` to wake when the judged state may change: the directory removed
+  // or moved, its meta.json written (when incomplete), the holder's death.
+  // Returns how long a wait may last before a re-check is due (the verdict's
+  // own expiry, or `poll_ms` where something cannot be watched), or nullopt
+  // when the state has changed already.
+  std::optional<std::int64_t> arm(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
+                                  std::int64_t poll_ms);
+  // After a wait: notes a holder seen to exit.
+  void woken(const std::vector<int>& fired);
+};
+
+class wait_report;
+
+// One lock and the watcher for it, made at the first wait.
+class lock_watch {
+ public:
+  // Sleeps until the judged state of the lock may have changed (see
+  // armed_lock::arm) or the deadline (monotonic, -1: none). Never a busy
+  // loop: every way out is an event or a timer of at least the fallback
+  // period, except expiries the verdict itself named. False when one of
+  // cancel_fds woke it.
+  bool wait_for_change(const target& t, const snapshot& s, const verdict& v, std::int64_t deadline,
+                       std::int64_t poll_ms, const std::vector<int>& cancel_fds = {}, wait_report* rep = nullptr);
+
+ private:
+  std::unique_ptr<sys::watcher> w_;
+  armed_lock armed_;
+};
+
+// What one acquisition does while it waits for another process: registers
+// in the waiter registry (once the wait has lasted 100 ms, so a quick handoff
+// never touches it) and reports the holders it waits for through on_wait
+// and on_progress.
+class wait_report {
+ public:
+  wait_report(const lock_options& o, std::string registry_path, int gpu, int gpus);
+  // Before each wait, with the holders as just judged.
+  void waiting(std::vector<info> now);
+  // Waits with `wait_fn(timeout)` for at most `timeout` (negative: no limit),
+  // registering and reporting progress at each tick on the way.
+  template <typename F>
+  sys::watcher::wake wait_ticking(std::int64_t timeout, F wait_fn);
+
+ private:
+  void maybe_register();
+  void report(bool changed);
+  std::int64_t tick_in() const;
+  void tick();
+
+  const lock_options& opt_;
+  std::string registry_path_;  // slot 0's path
+  int gpu_ = -1, gpus_ = 1;
+  std::int64_t began_mono_, began_wall_;
+  std::unique_ptr<waiter_registration> reg_;
+  bool tried_registering_ = false;
+  std::vector<info> holders_;
+  std::vector<std::string> keys_;
+  std::int64_t seen_mono_ = 0, next_tick_ = -1;
+};
+
+template <typename F>
+sys::watcher::wake wait_report::wait_ticking(std::int64_t timeout, F wait_fn) {
+  const std::int64_t end = timeout < 0 ? -1 : sys::monotonic_ms() + timeout;
+  for (;;) {
+    std::int64_t t = end < 0 ? -1 : std::max<std::int64_t>(0, end - sys::monotonic_ms());
+    const std::int64_t due = tick_in();
+    const bool ticking = due >= 0 && (t < 0 || due < t);
+    if (ticking) t = due;
+    auto why = wait_fn(t);
+    if (why != sys::watcher::wake::timeout || !ticking) return why;
+    tick();
+  }
+}
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_WAIT_HPP
