@@ -26,7 +26,7 @@ int child_hold(int argc, char** argv) {
   o.on_lost = [](const ol::error&) { std::cout << "on_lost" << std::endl; };
   auto l = ol::lock::acquire(o);
   if (!l) {
-    const auto& e = l.err();
+    const auto& e = l.error();
     if (e == ol::errc::busy) std::cout << "busy" << std::endl;
     else if (e == ol::errc::timed_out) std::cout << "timed_out" << std::endl;
     else std::cout << "error " << e.message() << std::endl;
@@ -51,7 +51,7 @@ int child_cycle(int argc, char** argv) {
   for (long i = 0; i < n; ++i) {
     auto l = ol::lock::acquire(argv[0]);
     if (!l) {
-      std::cout << "error " << l.err().message() << std::endl;
+      std::cout << "error " << l.error().message() << std::endl;
       return 1;
     }
     if (l->release()) {
@@ -65,11 +65,16 @@ int child_cycle(int argc, char** argv) {
 
 }  // namespace
 
+// tests/multiprocess/fault_test.cpp; weak, since the interop test binary
+// shares this main without the fault tests.
+int child_fault(int argc, char** argv) __attribute__((weak));
+
 int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "--child") {
     std::string mode = argv[2];
     if (mode == "hold") return child_hold(argc - 3, argv + 3);
     if (mode == "cycle") return child_cycle(argc - 3, argv + 3);
+    if (mode == "fault" && child_fault) return child_fault(argc - 3, argv + 3);
     std::cerr << "unknown child mode " << mode << "\n";
     return 2;
   }
