@@ -17,6 +17,41 @@ import { fileURLToPath } from 'node:url';
 export const DEFAULT_WAIT_MS = 30 * 60 * 1000;
 export const DEFAULT_TTL_MS = 60 * 60 * 1000;
 
+// The exit codes of the offload-lock command, one per outcome: the same table
+// as the CLI's (src/cli/args.hpp), which a C++ test compares with this one.
+// `status` uses ok for held and busy for free.
+export const exitCodes = Object.freeze({ ok: 0, busy: 1, usage: 2, notOwner: 3, system: 4, lost: 5 });
+
+// The `code` of every Error this package throws or rejects with (see README,
+// "Errors"): errno names where the condition is that errno's meaning, Node's
+// own code for a bad argument, and one code per CLI outcome otherwise.
+const codes = Object.freeze({
+  busy: 'EBUSY',
+  noBinary: 'ENOENT',
+  badArgument: 'ERR_INVALID_ARG_VALUE',
+  usage: 'ERR_OFFLOAD_LOCK_USAGE',
+  notOwner: 'ERR_OFFLOAD_LOCK_NOT_OWNER',
+  system: 'ERR_OFFLOAD_LOCK_SYSTEM',
+  lost: 'ERR_OFFLOAD_LOCK_LOST',
+  failed: 'ERR_OFFLOAD_LOCK_FAILED',
+});
+
+// An exit status that should not have ended the command -> its code.
+function codeForExit(status) {
+  switch (status) {
+    case exitCodes.usage: return codes.usage;
+    case exitCodes.notOwner: return codes.notOwner;
+    case exitCodes.system: return codes.system;
+    case exitCodes.lost: return codes.lost;
+    default: return codes.failed; // killed by a signal, could not start, unexpected status or output
+  }
+}
+
+function withCode(err, code) {
+  err.code = code;
+  return err;
+}
+
 const BIN_NAME = 'offload-lock';
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO_BINARY = path.resolve(HERE, '..', '..', 'build', BIN_NAME);
@@ -50,7 +85,8 @@ function defaultLabel() {
 function durArg(ms, name) {
   if (ms === Infinity) return 'forever';
   if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
-    throw new TypeError(`${name} must be a non-negative number of milliseconds or Infinity, got ${String(ms)}`);
+    throw withCode(new TypeError(`${name} must be a non-negative number of milliseconds or Infinity, got ${String(ms)}`),
+      codes.badArgument);
   }
   return `${Math.ceil(ms)}ms`;
 }
@@ -64,7 +100,7 @@ function cliError(what, { status, signal, stderr, error }) {
   let reason;
   if (error) reason = error.message;
   else reason = lastLine(stderr) || (signal ? `killed by ${signal}` : `exit code ${status}`);
-  const err = new Error(`offload-lock ${what} failed: ${reason}`);
+  const err = withCode(new Error(`offload-lock ${what} failed: ${reason}`), error ? codes.failed : codeForExit(status));
   err.exitCode = status ?? null;
   err.signal = signal ?? null;
   err.stderr = stderr || '';
@@ -94,7 +130,8 @@ export function findBinary() {
   const fromEnv = process.env.OFFLOAD_LOCK_BIN;
   if (fromEnv) {
     if (isExecutableFile(fromEnv)) return fromEnv;
-    throw new Error(`offload-lock binary not found: OFFLOAD_LOCK_BIN=${fromEnv} is not an executable file (looked in ${places})`);
+    throw withCode(new Error(`offload-lock binary not found: OFFLOAD_LOCK_BIN=${fromEnv} is not an executable file (looked in ${places})`),
+      codes.noBinary);
   }
   for (const dir of (process.env.PATH || '').split(path.delimiter)) {
     if (!dir) continue;
@@ -102,7 +139,8 @@ export function findBinary() {
     if (isExecutableFile(candidate)) return candidate;
   }
   if (isExecutableFile(REPO_BINARY)) return REPO_BINARY;
-  throw new Error(`offload-lock binary not found: looked in ${places}; set OFFLOAD_LOCK_BIN or build the repository`);
+  throw withCode(new Error(`offload-lock binary not found: looked in ${places}; set OFFLOAD_LOCK_BIN or build the repository`),
+    codes.noBinary);
 }
 
 // Take the GPU lock. Resolves with { release(), token, path, pid } once held
@@ -164,7 +202,7 @@ export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label } = {}) {
     child.on('close', (status, signal) => {
       if (settled) return;
       settled = true;
-      if (status === 1) resolve(null);
+      if (status === exitCodes.busy) resolve(null);
       else reject(cliError('hold', { status, signal, stderr: stderrBuf }));
     });
   });
@@ -215,9 +253,7 @@ export async function withGpuLock(opts, fn) {
   const handle = await acquireGpuLock(opts || {});
   if (!handle) {
     const where = (opts && opts.lockPath) || defaultLockPath();
-    const err = new Error(`GPU lock busy: ${where}`);
-    err.code = 'EBUSY';
-    throw err;
+    throw withCode(new Error(`GPU lock busy: ${where}`), codes.busy);
   }
   try {
     return await fn(handle);
@@ -232,7 +268,8 @@ export async function withGpuLock(opts, fn) {
 export function inspect(lockPath) {
   const bin = findBinary();
   const r = spawnSync(bin, [...lockArgs(lockPath), '--json', 'status'], { encoding: 'utf8' });
-  if (r.error || (r.status !== 0 && r.status !== 1)) throw cliError('status', r);
+  // status exits ok when the lock is held and busy when it is free.
+  if (r.error || (r.status !== exitCodes.ok && r.status !== exitCodes.busy)) throw cliError('status', r);
   try {
     return JSON.parse(r.stdout);
   } catch (e) {
@@ -251,8 +288,8 @@ export function acquireSync({ lockPath, waitMs, ttlMs, label } = {}) {
   args.push('acquire', '--wait', durArg(waitMs ?? envWaitMs(), 'waitMs'),
     '--pid', String(process.pid), '--label', String(label ?? defaultLabel()));
   const r = spawnSync(bin, args, { encoding: 'utf8' });
-  if (r.status === 1 && !r.error) return null;
-  if (r.error || r.status !== 0) throw cliError('acquire', r);
+  if (r.status === exitCodes.busy && !r.error) return null;
+  if (r.error || r.status !== exitCodes.ok) throw cliError('acquire', r);
   const token = lastLine(r.stdout);
   if (!token) throw cliError('acquire', { error: new Error('no token printed') });
   return token;
@@ -268,8 +305,8 @@ export function releaseSync({ lockPath, token } = {}) {
   const who = token ? ['--token', String(token)] : ['--pid', String(process.pid)];
   const r = spawnSync(bin, [...lockArgs(lockPath), 'release', ...who], { encoding: 'utf8' });
   if (r.error) throw cliError('release', r);
-  if (r.status === 3) return 'not-owner';
-  if (r.status !== 0) throw cliError('release', r);
+  if (r.status === exitCodes.notOwner) return 'not-owner';
+  if (r.status !== exitCodes.ok) throw cliError('release', r);
   // Exit 0 also means "already free": tell the two apart by who held it.
   const ours = token ? before.token === String(token) : before.pid === process.pid;
   return ours ? 'released' : 'free';

@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	gpulock "offload-lock/compat/go"
+	"offload-lock/compat/go/gpulock"
 )
 
 // Exit codes, one per outcome.

@@ -78,12 +78,36 @@ type extraMeta struct {
 // meta.json blocks it until a writer appears, as os.ReadFile would). It is
 // safe for concurrent use.
 func Inspect(lockPath string) Info {
-	return InspectTTL(lockPath, DefaultTTL)
+	return inspectAt(lockPath, DefaultTTL, time.Now())
 }
 
 // InspectTTL is Inspect with an explicit TTL: a meta.json whose mtime is more
 // than ttl in the past is stale (free). It is read-only, like Inspect.
 func InspectTTL(lockPath string, ttl time.Duration) Info {
+	return inspectAt(lockPath, ttl, time.Now())
+}
+
+// pidAlive reports whether the holder pid recorded in meta.json is a live
+// process: kill(pid, 0) succeeds, or fails with EPERM (the process exists but
+// belongs to another user). A pid <= 0 is never signalled (kill would address
+// a process group) and reports false; Inspect does not ask about such pids at
+// all, since the original reader skips the check for them and reads the lock
+// as held.
+//
+// Test seam: this is the only liveness check Inspect, InspectTTL and WaitFree
+// use, and tests may replace it (for example with func(int) bool { return
+// false } for a deterministic dead holder) and restore it when done. Replace
+// it only while no inspection runs. Waiters does not use it.
+var pidAlive = signalZeroAlive
+
+// inspectAt is InspectTTL as seen at the instant now: Age is now minus the
+// meta.json mtime, and the lock is stale when that exceeds ttl. Everything
+// else (the file system, and liveness through pidAlive) is read for real.
+// Inspect and InspectTTL are inspectAt(lockPath, ttl, time.Now()).
+//
+// Test seam: it lets a test judge the TTL rule at a fixed clock, such as two
+// hours after a meta.json was written, without waiting or touching mtimes.
+func inspectAt(lockPath string, ttl time.Duration, now time.Time) Info {
 	// Rule 1: the lock is a directory; anything else is free.
 	st, err := os.Stat(lockPath)
 	if err != nil || !st.IsDir() {
@@ -103,12 +127,10 @@ func InspectTTL(lockPath string, ttl time.Duration) Info {
 		return Info{}
 	}
 
-	// Rule 4: only a positive pid is signalled. Signal 0 checks existence;
-	// EPERM means the process exists but belongs to someone else.
-	if core.Pid > 0 {
-		if err := syscall.Kill(core.Pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-			return Info{}
-		}
+	// Rule 4: only a positive pid is checked, through pidAlive (signal 0;
+	// EPERM means the process exists but belongs to someone else).
+	if core.Pid > 0 && !pidAlive(core.Pid) {
+		return Info{}
 	}
 
 	// Rule 5: TTL from the meta.json mtime.
@@ -116,7 +138,7 @@ func InspectTTL(lockPath string, ttl time.Duration) Info {
 	if err != nil {
 		return Info{}
 	}
-	age := time.Since(mst.ModTime())
+	age := now.Sub(mst.ModTime())
 	if age > ttl {
 		return Info{}
 	}
@@ -131,6 +153,16 @@ func InspectTTL(lockPath string, ttl time.Duration) Info {
 		info.Host = rawString(extra.Host)
 	}
 	return info
+}
+
+// signalZeroAlive is the kill(pid, 0) probe: true when it succeeds or fails
+// with EPERM; false for pid <= 0, which it never signals.
+func signalZeroAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // errTooLarge marks a meta.json over the read cap.

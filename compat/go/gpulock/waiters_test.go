@@ -375,7 +375,7 @@ func TestWaiters(t *testing.T) {
 func TestWaitersMatchesOffloadLock(t *testing.T) {
 	bin := offloadLockBin(t)
 	if bin == "" {
-		t.Skip("offload-lock binary not found (set OFFLOAD_LOCK_BIN or build it into ../../build)")
+		t.Skip("offload-lock binary not found (set OFFLOAD_LOCK_BIN or build it into ../../../build)")
 	}
 	cases, liveJSON := waiterCases(t)
 	for _, tc := range cases {
@@ -701,7 +701,7 @@ func offloadLockBin(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("OFFLOAD_LOCK_BIN")
 	if bin == "" {
-		bin = filepath.Join("..", "..", "build", "offload-lock")
+		bin = filepath.Join("..", "..", "..", "build", "offload-lock")
 	}
 	abs, err := filepath.Abs(bin)
 	if err != nil {
@@ -719,7 +719,7 @@ func offloadLockBin(t *testing.T) string {
 func TestWaitersOffloadLock(t *testing.T) {
 	bin := offloadLockBin(t)
 	if bin == "" {
-		t.Skip("offload-lock binary not found (set OFFLOAD_LOCK_BIN or build it into ../../build)")
+		t.Skip("offload-lock binary not found (set OFFLOAD_LOCK_BIN or build it into ../../../build)")
 	}
 	tmp := t.TempDir()
 	lockPath := filepath.Join(tmp, regLockName)

@@ -44,7 +44,7 @@ func TestInspectEPERMIsAlive(t *testing.T) {
 		if err := syscall.Kill(1, 0); !errors.Is(err, syscall.EPERM) {
 			t.Skipf("not root and kill(1, 0) = %v, not EPERM: no holder to test with", err)
 		}
-		lockPath := writeLock(t, filepath.Join(t.TempDir(), DefaultLockName), []byte(`{"pid":1,"startedAt":1}`))
+		lockPath := makeLock(t, filepath.Join(t.TempDir(), DefaultLockName), []byte(`{"pid":1,"startedAt":1}`))
 		if got := Inspect(lockPath); !got.Held || got.PID != 1 {
 			t.Fatalf("holder pid 1 (EPERM): got %+v, want held", got)
 		}
@@ -65,7 +65,7 @@ func TestInspectEPERMIsAlive(t *testing.T) {
 	bin := filepath.Join(dir, "inspect-child")
 	copyFile(t, self, bin, 0o755)
 	holder := os.Getpid()
-	lockPath := writeLock(t, filepath.Join(dir, DefaultLockName), []byte(fmt.Sprintf(`{"pid":%d,"startedAt":1}`, holder)))
+	lockPath := makeLock(t, filepath.Join(dir, DefaultLockName), []byte(fmt.Sprintf(`{"pid":%d,"startedAt":1}`, holder)))
 
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), childEnv+"="+lockPath, childEnv+"_PID="+strconv.Itoa(holder))

@@ -15,7 +15,7 @@ import (
 func heldLock(t *testing.T) string {
 	t.Helper()
 	meta := fmt.Sprintf(`{"pid":%d,"startedAt":%d,"label":"wait-test"}`, os.Getpid(), time.Now().UnixMilli())
-	return writeLock(t, filepath.Join(t.TempDir(), DefaultLockName), []byte(meta))
+	return makeLock(t, filepath.Join(t.TempDir(), DefaultLockName), []byte(meta))
 }
 
 // counter wraps Inspect, counts calls, and closes sawHeld the first time an

@@ -1,6 +1,9 @@
 // Package gpulock is a READ-ONLY view of the machine-wide GPU lock shared by the
 // Node render runners (gpu-lock.mjs), offload-lock, and other participants.
 //
+// Its import path is offload-lock/compat/go/gpulock; the command
+// offload-lock/compat/go/cmd/gpulock-inspect is built on it.
+//
 // The lock is a directory (by default <os.TempDir()>/local-offload-gpu.lock)
 // created atomically with mkdir by whoever takes the GPU. Inside it, meta.json
 // records the holder as {"pid":N,"startedAt":MS}, optionally followed by extra

@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// writeLock creates lockPath as a directory holding meta.json with the given
+// makeLock creates lockPath as a directory holding meta.json with the given
 // bytes, and returns lockPath.
-func writeLock(t *testing.T, lockPath string, meta []byte) string {
+func makeLock(t *testing.T, lockPath string, meta []byte) string {
 	t.Helper()
 	if err := os.Mkdir(lockPath, 0o777); err != nil {
 		t.Fatal(err)
@@ -338,7 +338,7 @@ func metaBytes(s string) func(t *testing.T, dir string) string {
 
 func metaBytesB(b []byte) func(t *testing.T, dir string) string {
 	return func(t *testing.T, dir string) string {
-		return writeLock(t, filepath.Join(dir, DefaultLockName), b)
+		return makeLock(t, filepath.Join(dir, DefaultLockName), b)
 	}
 }
 
@@ -356,7 +356,7 @@ func TestInspectBOMIsAJSONError(t *testing.T) {
 // lock leaves the directory, meta.json and its mtime as they were.
 func TestInspectDoesNotModify(t *testing.T) {
 	dir := t.TempDir()
-	lockPath := writeLock(t, filepath.Join(dir, DefaultLockName), []byte(fmt.Sprintf(`{"pid":%d,"startedAt":1}`, deadPID(t))))
+	lockPath := makeLock(t, filepath.Join(dir, DefaultLockName), []byte(fmt.Sprintf(`{"pid":%d,"startedAt":1}`, deadPID(t))))
 	old := time.Now().Add(-2 * DefaultTTL).Truncate(time.Second)
 	setMetaMtime(t, lockPath, old)
 	if got := Inspect(lockPath); got.Held {

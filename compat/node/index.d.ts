@@ -1,0 +1,198 @@
+// Type declarations for index.mjs, the Node side of offload-lock: every export,
+// with the shapes the offload-lock command prints and the errors it rejects
+// with. Self-contained: needs neither @types/node nor any other package.
+
+/** The default `waitMs`: 30 minutes, used when neither `waitMs` nor `$GPU_LOCK_WAIT_MS` is set. */
+export declare const DEFAULT_WAIT_MS: 1800000;
+
+/** The default `ttlMs`: 1 hour. */
+export declare const DEFAULT_TTL_MS: 3600000;
+
+/**
+ * The exit codes of the `offload-lock` command, one per outcome (the CLI's own
+ * table). `status` exits `ok` when the lock is held and `busy` when it is free.
+ */
+export declare const exitCodes: Readonly<{
+  ok: 0;
+  busy: 1;
+  usage: 2;
+  notOwner: 3;
+  system: 4;
+  lost: 5;
+}>;
+
+/** One of the values of {@link exitCodes}. */
+export type ExitCode = (typeof exitCodes)[keyof typeof exitCodes];
+
+/**
+ * The `code` of every Error this package throws or rejects with.
+ * - `EBUSY`: `withGpuLock` found the lock still busy after the wait.
+ * - `ENOENT`: no usable `offload-lock` binary (see {@link findBinary}).
+ * - `ERR_INVALID_ARG_VALUE`: `waitMs` or `ttlMs` is not a non-negative number or `Infinity` (a TypeError).
+ * - `ERR_OFFLOAD_LOCK_USAGE`, `ERR_OFFLOAD_LOCK_NOT_OWNER`, `ERR_OFFLOAD_LOCK_SYSTEM`,
+ *   `ERR_OFFLOAD_LOCK_LOST`: the command ended with that outcome (exit 2, 3, 4, 5)
+ *   where the call could not go on.
+ * - `ERR_OFFLOAD_LOCK_FAILED`: the command could not be started, was killed by a
+ *   signal, exited with an unexpected status, or printed something unreadable.
+ */
+export type ErrorCode =
+  | 'EBUSY'
+  | 'ENOENT'
+  | 'ERR_INVALID_ARG_VALUE'
+  | 'ERR_OFFLOAD_LOCK_USAGE'
+  | 'ERR_OFFLOAD_LOCK_NOT_OWNER'
+  | 'ERR_OFFLOAD_LOCK_SYSTEM'
+  | 'ERR_OFFLOAD_LOCK_LOST'
+  | 'ERR_OFFLOAD_LOCK_FAILED';
+
+/** An Error thrown by this package; `code` says which kind. */
+export interface OffloadLockError extends Error {
+  code: ErrorCode;
+}
+
+/** The codes of errors that come from a run of the `offload-lock` command. */
+export type CommandErrorCode = Extract<ErrorCode, `ERR_OFFLOAD_LOCK_${string}`>;
+
+/** A run of the `offload-lock` command failed. */
+export interface CommandError extends OffloadLockError {
+  code: CommandErrorCode;
+  /** The command's exit status; null when it was killed, could not be started, or the fault is in its output. */
+  exitCode: number | null;
+  /** The signal that killed the command (e.g. `'SIGKILL'`), else null. */
+  signal: string | null;
+  /** What the command wrote on stderr ('' when nothing, or when it could not be started). */
+  stderr: string;
+  /** The underlying error, when the command could not be started or its output not read. */
+  cause?: unknown;
+}
+
+/** Options of {@link acquireGpuLock}, {@link withGpuLock} and {@link acquireSync}. */
+export interface AcquireOptions {
+  /** The lock directory; else `$GPU_LOCK` if not empty, else `<os.tmpdir()>/local-offload-gpu.lock`. */
+  lockPath?: string;
+  /** How long to wait for a busy lock, in ms; `Infinity` waits forever. Default `$GPU_LOCK_WAIT_MS`, else 30 minutes. */
+  waitMs?: number;
+  /** A holder whose meta.json is older than this (ms) is stale. Default 1 hour; 0 is a usage error. */
+  ttlMs?: number;
+  /** What holds the lock, shown by `offload-lock status`. Default: the script's file name, else `'node'`. */
+  label?: string;
+}
+
+/** Options of {@link releaseSync}. */
+export interface ReleaseOptions {
+  /** The lock directory, as for {@link AcquireOptions.lockPath}. */
+  lockPath?: string;
+  /** The token {@link acquireSync} returned; without it, releases only a lock this process holds. */
+  token?: string;
+}
+
+/** One inspection of a lock directory, as `offload-lock --json status` prints it. Unknown values are null. */
+export interface LockInfo {
+  path: string;
+  held: boolean;
+  /** The recorded holder pid. */
+  pid: number | null;
+  /** When the holder took the lock, epoch ms. */
+  startedAt: number | null;
+  /** How long it has been held, ms; null when not held. */
+  heldForMs: number | null;
+  label: string | null;
+  host: string | null;
+  token: string | null;
+  /** Why the lock is stale, or null. */
+  stale: string | null;
+  /** The uid owning the lock directory. */
+  ownerUid: number | null;
+}
+
+/** The `acquired` object `offload-lock hold` prints once it holds the lock. */
+export interface AcquiredInfo extends LockInfo {
+  /** The GPU slot held, when the command was given GPU slots. */
+  gpu?: number;
+}
+
+/** One GPU slot of {@link LockStatus}. */
+export interface SlotStatus extends LockInfo {
+  gpu: number;
+}
+
+/** An offload-lock process waiting for the lock. */
+export interface Waiter {
+  pid: number;
+  /** '' when it gave none. */
+  label: string;
+  /** '' when unknown. */
+  host: string;
+  /** When its wait began, epoch ms. */
+  since: number;
+  waitedMs: number;
+  /** The slot it asked for; null: the first free one of `gpus`. */
+  gpu: number | null;
+  gpus: number;
+}
+
+/** What {@link inspect} returns: slot 0 at the top level, every slot in `slots`, and the waiters. */
+export interface LockStatus extends SlotStatus {
+  slots: SlotStatus[];
+  /** Oldest first. */
+  waiters: Waiter[];
+}
+
+/** A held lock, from {@link acquireGpuLock}. */
+export interface GpuLockHandle {
+  /** The token of this acquisition. */
+  readonly token: string;
+  /** The lock directory held. */
+  readonly path: string;
+  /** The `offload-lock hold` child that holds the lock (its recorded holder). */
+  readonly pid: number;
+  /** The whole `acquired` object the child printed. */
+  readonly info: AcquiredInfo;
+  /** Releases the lock by its token, synchronously; idempotent; never throws. */
+  release(): void;
+}
+
+/** What {@link releaseSync} did. */
+export type ReleaseResult = 'released' | 'free' | 'not-owner';
+
+/** The lock path by the Node runners' rule: `$GPU_LOCK` if not empty, else `<os.tmpdir()>/local-offload-gpu.lock`. */
+export declare function defaultLockPath(): string;
+
+/**
+ * The `offload-lock` executable: `$OFFLOAD_LOCK_BIN` (must be executable), else
+ * `offload-lock` on `$PATH`, else `<repo>/build/offload-lock`.
+ * @throws {OffloadLockError} code `ENOENT` when there is none.
+ */
+export declare function findBinary(): string;
+
+/**
+ * Takes the GPU lock. Resolves with the handle once held, or null when the
+ * lock is still busy after `waitMs`. Rejects with an {@link OffloadLockError}
+ * (a {@link CommandError} when the command failed) on anything else.
+ */
+export declare function acquireGpuLock(options?: AcquireOptions): Promise<GpuLockHandle | null>;
+
+/**
+ * Acquires, runs `fn`, and releases even when `fn` throws. Rejects with code
+ * `EBUSY` (without calling `fn`) when the lock stays busy.
+ */
+export declare function withGpuLock<T>(fn: (lock: GpuLockHandle) => T | PromiseLike<T>): Promise<Awaited<T>>;
+export declare function withGpuLock<T>(
+  options: AcquireOptions | null | undefined,
+  fn: (lock: GpuLockHandle) => T | PromiseLike<T>,
+): Promise<Awaited<T>>;
+
+/**
+ * `offload-lock --json status` for the lock at `lockPath` (default: the
+ * ordinary path), synchronously. Throws a {@link CommandError} when it fails.
+ */
+export declare function inspect(lockPath?: string): LockStatus;
+
+/**
+ * Takes the lock on behalf of this Node process (its pid is recorded as the
+ * holder). Returns the token, or null when still busy after `waitMs`.
+ */
+export declare function acquireSync(options?: AcquireOptions): string | null;
+
+/** Releases a lock taken with {@link acquireSync}; see {@link ReleaseResult}. */
+export declare function releaseSync(options?: ReleaseOptions): ReleaseResult;
