@@ -339,7 +339,7 @@ TEST_CASE("cli: every malformed duration, pid, flag and missing value exits 2 wi
       bad.push_back(a);
     }
   }
-  for (const std::string& v : {"", "0", "-1", "2147483648", "12a", "1.0", " 1", "99999999999", "0x10", "1\n"}) {
+  for (const char* v : {"", "0", "-1", "2147483648", "12a", "1.0", " 1", "99999999999", "0x10", "1\n"}) {
     bad.push_back({"acquire", "--pid", v});
     bad.push_back({"release", "--pid", v});
   }

@@ -433,3 +433,31 @@ TEST_CASE("a path that is not a directory is refused, never deleted", "[multipro
   REQUIRE_FALSE(missing);
   CHECK(missing.error().code() == std::errc::no_such_file_or_directory);
 }
+
+// The 0.1 names, kept for one release as deprecated aliases, still do what
+// the new ones do.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_CASE("the names of 0.1 still work", "[multiprocess]") {
+  temp_dir d;
+  make_lock(d.lock(), "{\"pid\":" + std::to_string(dead_pid()) + ",\"startedAt\":1}");
+  ol::info i = ol::inspect(d.lock());
+  REQUIRE(i.stale_reason);
+  CHECK(i.stale == i.stale_reason);
+  auto held = ol::lock::acquire(d.lock(), ol::milliseconds(0));  // reclaims the stale lock
+  REQUIRE(held);
+  ol::lock_options no_gpus;
+  no_gpus.path = d.lock();
+  no_gpus.gpus = 0;
+  auto bad = ol::lock::acquire(no_gpus);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.err() == ol::errc::bad_input);
+  CHECK(&bad.err() == &bad.error());
+  ol::release_request by_token;
+  by_token.token = held->token();
+  auto r = ol::release_lock(d.lock(), by_token);
+  REQUIRE(r);
+  CHECK(r->status == ol::release_status::released);
+  CHECK(held->release() == ol::errc::lost);
+}
+#pragma GCC diagnostic pop
