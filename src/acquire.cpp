@@ -31,10 +31,13 @@ result<meta_record> record_for(const lock_options& opt) {
   rec.label = opt.label.empty() ? sys::program_name() : opt.label;
   rec.host = sys::host_name();
   rec.boot_id = sys::boot_id();
+  // Where /proc is not this pid namespace's, only this process's own start
+  // can be read (from /proc/self); another pid's would be a stranger's.
+  rec.pid_ns = sys::pid_namespace().value_or(0);
   if (auto ps = sys::start_of(rec.pid)) {
     rec.proc_start = ps->epoch_ms;
     rec.proc_ticks = ps->ticks;
-  } else if (opt.pid) {
+  } else if (opt.pid && sys::probe(opt.pid) != sys::liveness::alive) {
     return error(sys::errno_code(std::errc::no_such_process), "holder pid " + std::to_string(opt.pid));
   }
   return rec;
@@ -55,6 +58,10 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
   watch_clock own_seen{};
   watch_clock& seen = seen_across ? *seen_across : own_seen;
   churn_guard churn;
+  // Since when (monotonic) the stale directory `contended_id` has been
+  // flocked by someone else, for reclaim's bounded wait.
+  sys::file_id contended_id;
+  std::int64_t contended_since = -1;
   for (;;) {
     rec.started_at = sys::now_ms();
     const std::string bytes = serialize(rec);
@@ -64,7 +71,9 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
       auto s = std::make_shared<held_state>();
       s->t = std::move(t);
       s->dir = std::move(c->dir);
+      s->meta_fd = std::move(c->meta);
       s->id = c->id;
+      s->owner_pid = sys::self_pid();
       s->token = rec.token;
       s->meta = bytes;
       s->pid = rec.pid;
@@ -83,17 +92,25 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
     if (!d->o.snap.is_dir) return not_a_lock_directory(path, d->o.snap);
     verdict v = d->v;
     if (v.stale) {
-      auto r = reclaim(t, d->o, d->v, ttl, grace, pv);
+      const bool waited_out = contended_since >= 0 && contended_id == d->o.snap.id &&
+                              sys::monotonic_ms() - contended_since >= contended_giveup_ms;
+      auto r = reclaim(t, d->o, d->v, ttl, grace, pv, !waited_out);
       if (!r) return r.error();
       if (*r != removal::contended) {
+        contended_since = -1;
         churn.round_without_wait();
         continue;
+      }
+      if (contended_since < 0 || contended_id != d->o.snap.id) {
+        contended_id = d->o.snap.id;
+        contended_since = sys::monotonic_ms();
       }
       // Another reclaimer is at work: its rename wakes us, this timer bounds it.
       v.reason = "being reclaimed by another process";
       v.stale = false;
       v.holder_pid = 0;
       v.incomplete = false;
+      v.watch_contents = false;
       v.changes_at_ms = sys::now_ms() + contended_recheck_ms;
     }
     churn.waited();

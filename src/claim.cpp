@@ -29,10 +29,10 @@ result<claim> claim_with_mkdir(const target& t, const std::string& bytes) {
     (void)sys::unlink_at(t.parent.get(), t.name, true, t.path);
     return d.error();
   }
-  (void)sys::ofd_lock(d->get(), false);
   sys::crash_point("acquire.mkdir-locked");
   const std::string tmp = ".meta.json." + sys::random_hex(6);
-  error e = sys::write_new_file_at(d->get(), tmp, bytes, t.path + "/" + tmp);
+  auto meta = sys::create_file_at(d->get(), tmp, bytes, meta_mode, t.path + "/" + tmp);
+  error e = meta ? sys::ofd_lock(meta->get(), true) : meta.error();
   sys::crash_point("acquire.mkdir-meta-staged");
   if (!e) e = sys::rename_at(d->get(), tmp, meta_file_name, t.path + "/" + meta_file_name);
   sys::crash_point("acquire.mkdir-meta-renamed");
@@ -45,6 +45,7 @@ result<claim> claim_with_mkdir(const target& t, const std::string& bytes) {
   claim c;
   c.taken = true;
   c.dir = std::move(*d);
+  c.meta = std::move(*meta);
   c.id = st->id;
   return c;
 }
@@ -54,6 +55,9 @@ result<claim> claim_with_mkdir(const target& t, const std::string& bytes) {
 result<claim> try_claim(const target& t, const std::string& bytes) {
   const std::string stage = stage_prefix(t) + unique_suffix();
   const std::string shown = "staging directory for " + t.path;
+  std::string parent, name;
+  sys::split_path(t.path, parent, name);
+  const std::string staged_meta = parent + "/" + stage + "/" + meta_file_name + " (claiming " + t.path + ")";
   // 0777 minus the umask: the same mode a Node runner's mkdir gives.
   if (auto e = sys::mkdir_at(t.parent.get(), stage, 0777, shown)) return e;
   sys::crash_point("acquire.stage-made");
@@ -63,9 +67,10 @@ result<claim> try_claim(const target& t, const std::string& bytes) {
   };
   auto d = sys::open_dir(t.parent.get(), stage, true, shown);
   if (!d) return fail(d.error());
-  (void)sys::ofd_lock(d->get(), false);
+  auto meta = sys::create_file_at(d->get(), meta_file_name, bytes, meta_mode, staged_meta);
+  if (!meta) return fail(meta.error());
+  if (auto e = sys::ofd_lock(meta->get(), true)) return fail(e);
   sys::crash_point("acquire.stage-locked");
-  if (auto e = sys::write_new_file_at(d->get(), meta_file_name, bytes, t.path + "/" + meta_file_name)) return fail(e);
   sys::crash_point("acquire.meta-written");
   auto st = sys::stat_fd(d->get(), shown);
   if (!st) return fail(st.error());
@@ -75,6 +80,7 @@ result<claim> try_claim(const target& t, const std::string& bytes) {
     claim c;
     c.taken = true;
     c.dir = std::move(*d);
+    c.meta = std::move(*meta);
     c.id = st->id;
     return c;
   }

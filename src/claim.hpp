@@ -11,13 +11,20 @@ namespace offload_lock::detail {
 
 struct claim {
   bool taken = false;  // false: something is at the path already (busy)
-  sys::fd dir;         // the taken directory, holding the holder's OFD read lock
+  sys::fd dir;         // the taken directory
+  sys::fd meta;        // its meta.json, open for writing, holding the OFD write lock
   sys::file_id id;
 };
 
+// The mode meta.json is made with (before the umask): writable by its owner
+// only, so that no one else can take the write lock that proves the holder
+// alive (PROTOCOL B7's proof of life; README "Sharing /tmp").
+inline constexpr unsigned meta_mode = 0644;
+
 // One attempt: builds the directory and its complete meta.json (`bytes`)
-// under a private staging name, takes the holder's OFD read lock on it, then
-// moves it into place with RENAME_NOREPLACE. Where the file system refuses
+// under a private staging name, keeps meta.json open with an OFD write lock
+// on it (the holder's proof of life), then moves the directory into place
+// with RENAME_NOREPLACE. Where the file system refuses
 // that flag, falls back to mkdir plus a meta.json written under a temporary
 // name and renamed in. A system error names the file that failed; the
 // staging directory is removed on every failure path.

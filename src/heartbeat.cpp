@@ -156,7 +156,10 @@ const fork_guard installed_fork_guard;
 
 std::int64_t held_state::period() const { return std::clamp<std::int64_t>(ttl / 4, 100, 60'000); }
 
+bool held_state::in_owner() const { return sys::self_pid() == owner_pid; }
+
 bool held_state::still_ours() const {
+  if (!in_owner()) return false;
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
   if (!st || st->id != id) return false;
   auto mb = sys::read_file_at(dir.get(), meta_file_name, meta_cap, t.path);
@@ -195,6 +198,8 @@ held_state::kept held_state::keep_until_holder_exits() {
 
 void start_heartbeat(const std::shared_ptr<held_state>& s) { heartbeat_service::get().add(s); }
 
-void held_state::stop_heartbeat() { heartbeat_service::get().remove(this); }
+void held_state::stop_heartbeat() {
+  if (in_owner()) heartbeat_service::get().remove(this);
+}
 
 }  // namespace offload_lock::detail

@@ -18,8 +18,10 @@ namespace offload_lock::detail {
 // The state of one held acquisition of the lock directory.
 struct held_state {
   target t;
-  sys::fd dir;  // keeps the OFD read lock: proof of life for other offload-lock processes
+  sys::fd dir;   // the lock directory
+  sys::fd meta_fd;  // its meta.json, holding the OFD write lock: proof of life
   sys::file_id id;
+  std::int64_t owner_pid = 0;  // the process that took it: a forked child's copy does nothing
   std::string token, meta;
   std::int64_t pid = 0;
   std::int64_t ttl = 0;
@@ -34,8 +36,11 @@ struct held_state {
 
   // The refresh period: TTL/4, between 100 ms and 60 s.
   std::int64_t period() const;
-  // Same directory at the path, with our token in its meta.json.
+  // Same directory at the path, with our token in its meta.json, and this
+  // the process that took it.
   bool still_ours() const;
+  // This is the process that took the lock (not a forked child of it).
+  bool in_owner() const;
   // Refreshes meta.json's mtime (errors ignored: the next refresh retries,
   // and the OFD lock and the pid rule keep the lock held meanwhile).
   void touch();

@@ -16,6 +16,7 @@ process_view process_view::real() {
   pv.start_of = sys::start_of;
   pv.boot_id = sys::boot_id();
   pv.host = sys::host_name();
+  pv.pid_ns = sys::pid_namespace();
   return pv;
 }
 

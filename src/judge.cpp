@@ -29,6 +29,28 @@ bool node_alive(double pid, const process_view& pv) {
   return pv.probe(static_cast<std::int64_t>(pid)) != sys::liveness::dead;
 }
 
+// Why the recorded pid no longer names the holder (B6): dead, a zombie, under
+// another boot, or reused by a process started after the lock was taken.
+std::optional<std::string> pid_gone(const parsed_meta& m, std::int64_t pid, const process_view& pv) {
+  const std::string p = "holder pid " + std::to_string(pid);
+  switch (pv.probe(pid)) {
+    case sys::liveness::dead:
+    case sys::liveness::invalid: return p + " is dead";
+    case sys::liveness::zombie: return p + " has exited (zombie)";
+    case sys::liveness::alive: break;
+  }
+  const bool same_boot = !m.boot_id.empty() && m.boot_id == pv.boot_id;
+  if (!m.boot_id.empty() && !pv.boot_id.empty() && !same_boot) return std::string("recorded under another boot");
+  if (auto st = pv.start_of(pid)) {
+    bool recycled = false;
+    if (m.proc_ticks && same_boot) recycled = st->ticks != *m.proc_ticks;
+    else if (m.proc_start) recycled = st->epoch_ms > *m.proc_start + recycle_slack_ms;
+    else if (m.started_at) recycled = st->epoch_ms > *m.started_at + recycle_slack_ms;
+    if (recycled) return p + " now belongs to a process started after the lock was taken (pid reused)";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool node_is_stale(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, const process_view& pv) {
@@ -81,12 +103,30 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
     if (js_int32(p)) pid = static_cast<std::int64_t>(p);
   }
 
-  // A live offload-lock process keeps an OFD read lock on its lock directory:
-  // proof of life that no clock or pid rule can contradict. Its recorded pid
-  // is still watched, so a crash of that process is noticed at once.
-  if (s.process_locked) {
-    v.reason = "held by a live offload-lock process";
-    v.holder_pid = pid;
+  // B6 judges a recorded pid only where the number means the same process
+  // to this reader: recorded on this host, in this pid namespace (or with no
+  // namespace recorded: v1 runners, offload-lock before 0.2).
+  const bool other_host = !m.host.empty() && !pv.host.empty() && m.host != pv.host;
+  const bool other_ns = m.pid_ns && pv.pid_ns && *m.pid_ns != *pv.pid_ns;
+  const bool judge_pid = pid > 0 && !other_host && !other_ns;
+
+  // A live offload-lock holder keeps an OFD write lock on its meta.json,
+  // which only a process that can open that file for writing can take: a
+  // proof of life no other user can forge. It outlives the TTL and speaks
+  // for a holder in another pid namespace; but a dead recorded pid of this
+  // namespace still frees the lock, whatever its forked children hold, as v1
+  // judges it.
+  if (s.proof_of_life) {
+    if (judge_pid)
+      if (auto gone = pid_gone(m, pid, pv)) {
+        v.stale = true;
+        v.reason = *gone;
+        return v;
+      }
+    v.reason = other_ns ? "held by a live offload-lock process in another pid namespace"
+                        : "held by a live offload-lock process";
+    v.holder_pid = judge_pid ? pid : 0;
+    v.watch_contents = true;  // its death closes meta.json: IN_CLOSE_WRITE, in any namespace
     return v;
   }
 
@@ -98,6 +138,7 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
                        : !m.parsed    ? "meta.json is not valid JSON"
                                       : "meta.json holds a falsy JSON value";
     v.incomplete = true;
+    v.watch_contents = true;
     std::int64_t quiet = std::max(now_ms - newest, s.unchanged_for_ms);
     if (quiet < grace_ms) {
       v.reason = what + " (within the " + dur(grace_ms) + " grace)";
@@ -109,51 +150,26 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
     return v;
   }
 
-  if (m.js_pid) {
-    double p = *m.js_pid;
-    if (!js_int32(p)) {
-      v.stale = true;
-      v.reason = "pid is not a valid process id";
-      return v;
-    }
+  if (m.js_pid && !js_int32(*m.js_pid)) {
+    v.stale = true;
+    v.reason = "pid is not a valid process id";
+    return v;
   }
 
-  // B6: pid <= 0 is never signalled (it would address a process group), and
-  // a pid recorded on another host cannot be checked from here.
-  bool other_host = !m.host.empty() && !pv.host.empty() && m.host != pv.host;
-  if (pid > 0 && !other_host) {
-    std::string p = "holder pid " + std::to_string(pid);
-    switch (pv.probe(pid)) {
-      case sys::liveness::dead:
-      case sys::liveness::invalid:
-        v.stale = true;
-        v.reason = p + " is dead";
-        return v;
-      case sys::liveness::zombie:
-        v.stale = true;
-        v.reason = p + " has exited (zombie)";
-        return v;
-      case sys::liveness::alive:
-        break;
-    }
-    bool same_boot = !m.boot_id.empty() && m.boot_id == pv.boot_id;
-    if (!m.boot_id.empty() && !pv.boot_id.empty() && !same_boot) {
+  // pid <= 0 is never signalled (it would address a process group).
+  if (judge_pid) {
+    if (auto gone = pid_gone(m, pid, pv)) {
       v.stale = true;
-      v.reason = "recorded under another boot";
+      v.reason = *gone;
       return v;
     }
-    if (auto st = pv.start_of(pid)) {
-      bool recycled = false;
-      if (m.proc_ticks && same_boot) recycled = st->ticks != *m.proc_ticks;
-      else if (m.proc_start) recycled = st->epoch_ms > *m.proc_start + recycle_slack_ms;
-      else if (m.started_at) recycled = st->epoch_ms > *m.started_at + recycle_slack_ms;
-      if (recycled) {
-        v.stale = true;
-        v.reason = p + " now belongs to a process started after the lock was taken (pid reused)";
-        return v;
-      }
-    }
     v.holder_pid = pid;
+  } else if (other_ns && !other_host) {
+    // An offload-lock holder of another pid namespace lives exactly as long
+    // as its proof of life: without it, it has gone.
+    v.stale = true;
+    v.reason = "holder of another pid namespace no longer holds its meta.json (it has exited)";
+    return v;
   }
 
   // Node's rule (A3), on the wall clock; but never younger than the time

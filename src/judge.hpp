@@ -25,8 +25,9 @@ struct snapshot {
   bool meta_exists = false;  // meta.json could be opened and read
   std::int64_t meta_mtime_ms = 0;
   parsed_meta meta;          // meaningful when meta_exists
-  // A live offload-lock process holds an OFD read lock on the directory.
-  bool process_locked = false;
+  // Someone holds an OFD write lock on meta.json: a live offload-lock
+  // holder (only a process that can open meta.json for writing can take it).
+  bool proof_of_life = false;
   // How long the one judging has itself seen this lock exactly as it is now
   // (same directory, same mtimes), by its monotonic clock; 0 when it has
   // not been watching. Ages are at least this long whatever the wall clock
@@ -41,6 +42,7 @@ struct process_view {
   std::function<std::optional<sys::proc_start>(std::int64_t)> start_of;
   std::string boot_id;
   std::string host;
+  std::optional<std::uint64_t> pid_ns;  // the reader's pid namespace
   static process_view real();
 };
 
@@ -57,8 +59,11 @@ struct verdict {
   std::int64_t changes_at_ms = 0;
   // Whose death would change the judgment (0: nobody's).
   std::int64_t holder_pid = 0;
-  // The meta is incomplete: a write into the directory is news.
+  // The meta is incomplete (missing, unparseable, falsy).
   bool incomplete = false;
+  // A file written, made or closed inside the directory is news: the meta
+  // arriving, or a holder's death closing its meta.json.
+  bool watch_contents = false;
 };
 
 // offload-lock's judgment: PROTOCOL A3 plus B3 (grace) and B6 (liveness).

@@ -6,6 +6,7 @@
 #include "acquire.hpp"
 #include "inherit.hpp"
 #include "offload_lock/path.hpp"
+#include "os/process.hpp"
 
 namespace offload_lock {
 
@@ -112,6 +113,9 @@ error lock::hold_until_holder_exits() {
   if (!h_ || !h_->outermost || !h_->gate->held) return error(errc::lost, "hold of a lock that is not held here");
   std::shared_ptr<held_state> held = h_->gate->held;
   held->stop_heartbeat();
+  // The one call a forked child may make on its copy: it takes the lock over
+  // (`offload-lock acquire` leaves a detached keeper this way).
+  held->owner_pid = sys::self_pid();
   if (held->keep_until_holder_exits() == held_state::kept::lost) {
     held->released = true;
     detach();

@@ -85,15 +85,16 @@ error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& 
 }
 
 void read_state(int dir, const std::string& path, snapshot& s) {
-  auto mb = sys::read_file_at(dir, meta_file_name, meta_cap, path + "/" + meta_file_name);
+  auto mb = sys::read_file_at(dir, meta_file_name, meta_cap, path + "/" + meta_file_name, true);
   s.meta_exists = static_cast<bool>(mb);
   s.meta = parsed_meta{};
+  s.proof_of_life = false;
   if (mb) {
     s.meta_mtime_ms = mb->st.mtime_ms;
+    s.proof_of_life = mb->write_locked;
     // An oversized meta.json is read as unparseable, as a bound on work.
     if (!mb->truncated) s.meta = parse_meta(mb->bytes);
   }
-  s.process_locked = sys::ofd_locked_elsewhere(dir);
 }
 
 result<observed> observe(const target& t) {

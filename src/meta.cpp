@@ -19,6 +19,7 @@ std::string serialize(const meta_record& m) {
   j["bootId"] = m.boot_id;
   j["procStart"] = m.proc_start;
   j["procTicks"] = m.proc_ticks;
+  if (m.pid_ns) j["pidNs"] = m.pid_ns;
   j["tool"] = std::string("offload-lock/") + OFFLOAD_LOCK_VERSION;
   // replace: a label with invalid UTF-8 is written with U+FFFD, never thrown.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -181,6 +182,10 @@ parsed_meta parse_meta(std::string_view bytes) {
   if (auto it = v.find("procTicks"); it != v.end()) {
     auto t = integral(*it);
     if (t && *t >= 0) m.proc_ticks = static_cast<std::uint64_t>(*t);
+  }
+  if (auto it = v.find("pidNs"); it != v.end()) {
+    auto t = integral(*it);
+    if (t && *t > 0) m.pid_ns = static_cast<std::uint64_t>(*t);
   }
   m.token = string_or_empty(v, "token");
   m.label = string_or_empty(v, "label");

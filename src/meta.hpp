@@ -29,6 +29,7 @@ struct meta_record {
   std::string boot_id;
   std::int64_t proc_start = 0;   // the holder process's start, epoch ms
   std::uint64_t proc_ticks = 0;  // the same, in clock ticks since boot (exact)
+  std::uint64_t pid_ns = 0;      // the inode of the holder's pid namespace; 0: unknown (not written)
 };
 
 // `{"pid":N,"startedAt":MS,...}`: the first two keys byte for byte as the Node
@@ -53,6 +54,7 @@ struct parsed_meta {
   std::string token, label, host, boot_id, tool;
   std::optional<std::int64_t> proc_start;
   std::optional<std::uint64_t> proc_ticks;
+  std::optional<std::uint64_t> pid_ns;  // "pidNs": the holder's pid namespace
 };
 
 // Never throws, whatever the bytes. Invalid UTF-8 is read as U+FFFD the way

@@ -41,11 +41,11 @@ result<removal> remove_exact(const target& t, const sys::file_id& id, const std:
 }
 
 result<removal> reclaim(const target& t, observed& o, const verdict& why, std::int64_t ttl, std::int64_t grace,
-                        const process_view& pv) {
+                        const process_view& pv, bool serialize) {
   std::string failure = "cannot remove stale lock " + t.path + " (" + why.reason + ")";
   if (o.snap.owner_uid != sys::effective_uid()) failure += " owned by uid " + std::to_string(o.snap.owner_uid);
   if (o.dir.valid()) {
-    if (auto e = sys::try_flock_exclusive(o.dir.get())) {
+    if (auto e = serialize ? sys::try_flock_exclusive(o.dir.get()) : error{}) {
       if (e.code() == std::errc::operation_would_block) return removal::contended;
     }
     sys::crash_point("reclaim.flocked");

@@ -29,9 +29,18 @@ result<removal> remove_exact(const target& t, const sys::file_id& id, const std:
 // B4: under a flock on the judged directory (which serializes offload-lock
 // reclaimers), checks again that no live offload-lock process holds it and
 // that it is still stale, refuses a directory that is not a lock, then
-// removes exactly it (remove_exact).
+// removes exactly it (remove_exact). Anyone who can open the directory can
+// take that flock, so it only orders reclaimers, never guards the lock:
+// with `serialize` false (the flock has been held longer than any reclaim
+// takes, see contended_giveup_ms) the reclaim goes ahead without it.
 result<removal> reclaim(const target& t, observed& o, const verdict& why, std::int64_t ttl, std::int64_t grace,
-                        const process_view& pv);
+                        const process_view& pv, bool serialize = true);
+
+// How long a reclaimer waits for another's flock on the same stale
+// directory before it goes ahead without it. A reclaim holds it for a few
+// system calls; a flock held longer is not a reclaimer's (another user's
+// descriptor, say) and must not keep a dead lock alive.
+inline constexpr std::int64_t contended_giveup_ms = 1'000;
 
 // Staging and moved-aside directories of processes that died mid-step, and
 // dead waiters' registry entries. Best effort; touches nothing but

@@ -13,6 +13,11 @@ namespace offload_lock {
 namespace detail {
 
 error held_state::release() {
+  // A forked child's copy of the lock neither holds nor releases it: the
+  // parent's lock stays the parent's.
+  if (!in_owner())
+    return error(errc::lost, t.path + " is held by process " + std::to_string(owner_pid) +
+                                 ", which forked this one; a forked child cannot release it");
   stop_heartbeat();
   if (released) return {};
   released = true;

@@ -37,7 +37,7 @@ void churn_guard::round_without_wait() {
 std::optional<std::int64_t> armed_lock::arm(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
                                             std::int64_t poll_ms) {
   w.unwatch(dir_id);
-  dir_id = w.watch_lock(t.path, v.incomplete);
+  dir_id = w.watch_lock(t.path, v.watch_contents);
   // The directory may have been replaced between the look and the watch.
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
   if (!st || st->id != s.id) return std::nullopt;

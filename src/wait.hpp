@@ -55,7 +55,8 @@ struct armed_lock {
   std::set<std::int64_t> dead_seen;
 
   // Arms `w` to wake when the judged state may change: the directory removed
-  // or moved, its meta.json written (when incomplete), the holder's death.
+  // or moved, a file written or closed inside it (verdict::watch_contents),
+  // the holder's death.
   // Returns how long a wait may last before a re-check is due (the verdict's
   // own expiry, or `poll_ms` where something cannot be watched), or nullopt
   // when the state has changed already.

@@ -68,6 +68,8 @@ int child_cycle(int argc, char** argv) {
 // tests/multiprocess/fault_test.cpp; weak, since the interop test binary
 // shares this main without the fault tests.
 int child_fault(int argc, char** argv) __attribute__((weak));
+// tests/multiprocess/trust_test.cpp, likewise.
+int child_trust(int argc, char** argv) __attribute__((weak));
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "--child") {
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
     if (mode == "hold") return child_hold(argc - 3, argv + 3);
     if (mode == "cycle") return child_cycle(argc - 3, argv + 3);
     if (mode == "fault" && child_fault) return child_fault(argc - 3, argv + 3);
+    if (mode == "trust" && child_trust) return child_trust(argc - 3, argv + 3);
     std::cerr << "unknown child mode " << mode << "\n";
     return 2;
   }

@@ -108,9 +108,12 @@ struct acquirer;
 // while its parent's acquisition is still held passes straight through
 // (inherited() is true) and never releases the parent's lock.
 //
-// fork: a forked child gets a copy of the object and of the OFD lock's
-// descriptor. Release the lock in the process that took it; a child that
-// should hold the GPU takes it through child_environment() instead.
+// fork: in a forked child the parent's locks are neither held nor releasable:
+// the child's copies do nothing (still_held() is false, release() returns
+// errc::lost and touches nothing), and the recorded holder's death frees the
+// lock whatever its children still hold. A child that should hold the GPU
+// takes it through child_environment() instead. The one exception is
+// hold_until_holder_exits(), by which a forked keeper takes the lock over.
 class OFFLOAD_LOCK_API lock {
  public:
   // Takes the lock.
@@ -157,6 +160,8 @@ class OFFLOAD_LOCK_API lock {
   // releases the lock when it exits (pidfd, or a check every second where
   // pidfd is unavailable). Returns no error once released, errc::lost when
   // someone else removed or replaced the lock (a release by token included).
+  // Called in a forked child, the child takes the lock over from its parent
+  // (which should then detach() its own copy).
   error hold_until_holder_exits();
   // hold_until_holder_exits() under its 0.1 name.
   [[deprecated("use hold_until_holder_exits()")]] error hold_for_holder() { return hold_until_holder_exits(); }

@@ -62,15 +62,23 @@ result<stat_info> stat_fd(int f, const std::string& shown);
 struct file_bytes {
   std::string bytes;
   stat_info st;
-  bool truncated = false;  // the file was larger than the cap
+  bool truncated = false;     // the file was larger than the cap
+  bool write_locked = false;  // with probe_write_lock: another open file description holds a write lock on it
 };
 // Reads at most `cap` bytes of a regular file, without following a symlink and
-// without blocking on a FIFO. A non-regular file is EINVAL.
-result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown);
+// without blocking on a FIFO. A non-regular file is EINVAL. With
+// probe_write_lock, also asks (F_OFD_GETLK, nothing taken) whether anyone
+// holds an OFD write lock on it, which only a process that could open the
+// file for writing can take.
+result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown,
+                                bool probe_write_lock = false);
 
 error mkdir_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown);
 // Creates `name` (must not exist) and writes all of `bytes`.
 error write_new_file_at(int dirfd, const std::string& name, const std::string& bytes, const std::string& shown);
+// The same with `mode` (before the umask), keeping the file open for writing.
+result<fd> create_file_at(int dirfd, const std::string& name, const std::string& bytes, unsigned mode,
+                          const std::string& shown);
 // renameat2(RENAME_NOREPLACE). EINVAL/ENOSYS mean the file system refuses the
 // flag (or the test switch OFFLOAD_LOCK_NO_RENAMEAT2 says to act as if).
 error rename_noreplace(int dirfd, const std::string& from, const std::string& to, const std::string& shown);
@@ -93,9 +101,10 @@ error ofd_lock(int f, bool write);
 // flock(LOCK_EX | LOCK_NB). Independent of the OFD locks above (Linux keeps
 // the two apart). EWOULDBLOCK when another open file description holds it.
 error try_flock_exclusive(int f);
-// True when another open file description holds a lock that would conflict
-// with a write lock (F_OFD_GETLK): probes without taking anything.
-bool ofd_locked_elsewhere(int f);
+// True when another open file description holds a write lock (one that would
+// conflict with a read lock) on `f` (F_OFD_GETLK): probes without taking
+// anything, and works on a descriptor opened read-only.
+bool write_locked_elsewhere(int f);
 
 // A pipe (read end, write end), both close-on-exec; the read end non-blocking.
 result<std::pair<fd, fd>> make_pipe();

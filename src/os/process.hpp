@@ -13,12 +13,21 @@
 namespace offload_lock::detail::sys {
 
 // kill(pid, 0) with EPERM counted as alive, then /proc/<pid>/stat for the
-// zombie state. `invalid` for a pid outside 1..max_pid.
+// zombie state (skipped where /proc is not this pid namespace's: it would
+// describe another process). `invalid` for a pid outside 1..max_pid.
 liveness probe(std::int64_t pid);
-// The process's start, nullopt when it cannot be read (gone, invalid pid).
-// This process's own start is read once and cached (per pid, so a forked
+// The process's start, nullopt when it cannot be read (gone, invalid pid, or
+// another process while /proc is not this pid namespace's). This process's
+// own start is read from /proc/self once and cached (per pid, so a forked
 // child reads its own).
 std::optional<proc_start> start_of(std::int64_t pid);
+// The inode of this process's pid namespace (/proc/self/ns/pid), read once;
+// nullopt when it cannot be read.
+std::optional<std::uint64_t> pid_namespace();
+// Whether /proc shows this pid namespace: /proc/self names getpid(). False in
+// a pid namespace that kept its parent's /proc (`unshare --pid --fork`
+// without --mount-proc, a container that sees the host's /proc).
+bool proc_is_own();
 std::int64_t self_pid();
 std::uint32_t effective_uid();
 std::int64_t parent_pid();

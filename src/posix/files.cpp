@@ -73,7 +73,8 @@ result<stat_info> stat_fd(int f, const std::string& shown) {
   return from_stat(s);
 }
 
-result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown) {
+result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown,
+                                bool probe_write_lock) {
   // O_NONBLOCK: a FIFO planted as meta.json must not hang the reader.
   int raw = retry([&] {
     return calls.openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
@@ -85,6 +86,7 @@ result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t 
   if (!st->is_regular) return sys_error(EINVAL, "read (not a regular file)", shown);
   file_bytes out;
   out.st = *st;
+  if (probe_write_lock) out.write_locked = write_locked_elsewhere(f.get());
   std::size_t want = cap + 1;
   out.bytes.resize(std::min<std::size_t>(want, static_cast<std::size_t>(st->size) + 4096));
   std::size_t got = 0;
@@ -113,9 +115,11 @@ error chmod_fd(int f, unsigned mode, const std::string& shown) {
   return {};
 }
 
-error write_new_file_at(int dirfd, const std::string& name, const std::string& bytes, const std::string& shown) {
+result<fd> create_file_at(int dirfd, const std::string& name, const std::string& bytes, unsigned mode,
+                          const std::string& shown) {
   int raw = retry([&] {
-    return calls.openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+    return calls.openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                        static_cast<mode_t>(mode));
   });
   if (raw < 0) return sys_error(errno, "create", shown);
   fd f(raw);
@@ -125,7 +129,12 @@ error write_new_file_at(int dirfd, const std::string& name, const std::string& b
     if (n < 0) return sys_error(errno, "write", shown);
     done += static_cast<std::size_t>(n);
   }
-  return {};
+  return f;
+}
+
+error write_new_file_at(int dirfd, const std::string& name, const std::string& bytes, const std::string& shown) {
+  auto f = create_file_at(dirfd, name, bytes, 0666, shown);
+  return f ? error{} : f.error();
 }
 
 error rename_noreplace(int dirfd, const std::string& from, const std::string& to, const std::string& shown) {
@@ -193,9 +202,9 @@ error try_flock_exclusive(int f) {
   return {};
 }
 
-bool ofd_locked_elsewhere(int f) {
+bool write_locked_elsewhere(int f) {
   struct flock l {};
-  l.l_type = F_WRLCK;
+  l.l_type = F_RDLCK;
   l.l_whence = SEEK_SET;
   if (retry([&] { return calls.ofd_getlk(f, &l); }) != 0) return false;
   return l.l_type != F_UNLCK;

@@ -4,9 +4,11 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -29,9 +31,13 @@ std::string read_small_file(const std::string& path) {
   return ss.str();
 }
 
-// Parses /proc/<pid>/stat: the state letter and the start time in ticks.
+// Parses /proc/<pid>/stat (/proc/self/stat for this process, which is right
+// whatever pid namespace /proc belongs to): the state letter and the start
+// time in ticks.
 bool read_proc_stat(std::int64_t pid, char& state, std::uint64_t& ticks) {
-  std::string s = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  const bool self = pid == ::getpid();
+  if (!self && !proc_is_own()) return false;
+  std::string s = read_small_file(self ? std::string("/proc/self/stat") : "/proc/" + std::to_string(pid) + "/stat");
   // The command name is in parentheses and may itself hold spaces and ')'.
   auto close = s.rfind(')');
   if (close == std::string::npos) return false;
@@ -109,6 +115,29 @@ std::optional<proc_start> start_of(std::int64_t pid) {
   out.ticks = ticks;
   out.epoch_ms = now_ms() - (ts_ms(boot) - started_boot_ms);
   return out;
+}
+
+std::optional<std::uint64_t> pid_namespace() {
+  static const std::optional<std::uint64_t> ns = []() -> std::optional<std::uint64_t> {
+    struct stat st {};
+    if (::stat("/proc/self/ns/pid", &st) != 0) return std::nullopt;
+    return static_cast<std::uint64_t>(st.st_ino);
+  }();
+  return ns;
+}
+
+bool proc_is_own() {
+  // Per pid, so that a child forked into a new pid namespace asks again.
+  static std::atomic<std::int64_t> answered_for{0};
+  static std::atomic<bool> own{true};
+  const std::int64_t me = ::getpid();
+  if (answered_for.load() != me) {
+    char buf[32] = {};
+    const ssize_t n = ::readlink("/proc/self", buf, sizeof buf - 1);
+    own = n > 0 && std::strtoll(buf, nullptr, 10) == me;
+    answered_for = me;
+  }
+  return own;
 }
 
 std::int64_t self_pid() { return ::getpid(); }

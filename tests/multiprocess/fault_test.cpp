@@ -259,6 +259,15 @@ TEST_CASE("reclaimers serialize on the stale directory's flock", "[multiprocess]
     // Never removed by this process: the other reclaimer's to remove.
     CHECK_THAT(read_file(fs::path(d.lock()) / "meta.json"), Catch::Contains("\"pid\":" + std::to_string(dead)));
   }
+  SECTION("a flock held longer than any reclaim takes delays the reclaim by a second, not forever") {
+    write_stale_lock(d);
+    const auto began = std::chrono::steady_clock::now();
+    auto out = run_fault({"flock", d.lock(), "-1", "5000"});
+    const auto took = std::chrono::steady_clock::now() - began;
+    REQUIRE(out.size() == 1);
+    CHECK(out[0] == "acquired");
+    CHECK(took >= std::chrono::milliseconds(1000));
+  }
   SECTION("once it lets go, the stale lock is reclaimed") {
     write_stale_lock(d);
     auto out = run_fault({"flock", d.lock(), "2", "5000"});

@@ -40,6 +40,7 @@ process_view fake_view() {
   };
   pv.boot_id = "boot-A";
   pv.host = "gpu1";
+  pv.pid_ns = 77;
   return pv;
 }
 
@@ -54,7 +55,7 @@ snapshot snap(const std::optional<std::string>& meta, std::int64_t meta_age, std
     s.meta = parse_meta(*meta);
     s.meta_mtime_ms = kNow - meta_age;
   }
-  s.process_locked = locked;
+  s.proof_of_life = locked;
   return s;
 }
 
@@ -99,11 +100,24 @@ TEST_CASE("staleness: offload-lock, Node and Go, row by row", "[unit][judge]") {
       {"pid above 2^31", snap(node_meta("2147483648"), 1000), true, "valid process id", true, false, 0},
       // D5 for Node holders: nothing refreshes their mtime.
       {"live pid past the TTL", snap(node_meta("100"), 2 * kHour), true, "TTL", true, false, 0},
-      // A live offload-lock process keeps its OFD lock: held whatever the clock says.
+      // A live offload-lock process keeps its OFD write lock: held whatever the clock says.
       {"live offload-lock process past the TTL", snap(node_meta("100"), 2 * kHour, 10'000, true), false, "live",
        true, false, 0},
-      {"dead pid but a live offload-lock process holds it", snap(node_meta("200"), 1000, 10'000, true), false,
-       "live", true, false, 0},
+      // ... but not after the recorded holder's death, whatever its forked
+      // children (which share the locked descriptor) still do: as v1 judges it.
+      {"dead pid although the write lock is still held", snap(node_meta("200"), 1000, 10'000, true), true, "dead",
+       true, false, 0},
+      // pid namespaces: a pid recorded in another namespace is never judged by
+      // its number here (200 is dead here, 100 alive: neither says anything).
+      {"another pid namespace, with its proof of life",
+       snap("{\"pid\":200,\"startedAt\":1,\"pidNs\":99}", 1000, 10'000, true), false, "another pid namespace",
+       true, false, 0},
+      {"another pid namespace, proof of life gone",
+       snap("{\"pid\":100,\"startedAt\":1,\"pidNs\":99}", 1000), true, "another pid namespace", false, true,
+       100},
+      {"this pid namespace, recorded",
+       snap("{\"pid\":100,\"startedAt\":" + std::to_string(kNow - kHour) + ",\"pidNs\":77}", 1000), false, "held",
+       false, true, 100},
       // D4 / B6: a pid whose process started after the lock was taken.
       {"pid reused: process started 10 min after startedAt",
        snap("{\"pid\":500,\"startedAt\":" + ago10m + "}", 1000), true, "reused", false, true, 500},
