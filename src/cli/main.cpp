@@ -1,6 +1,6 @@
 // The offload-lock command: path, status, acquire, release, run, hold and
 // wait-free over the library, with one fixed exit code per outcome
-// (cli/args.hpp).
+// (cli/exit_codes.hpp).
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "cli/escape.hpp"
+#include "cli/exit_codes.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
 #include "posix/process.hpp"
@@ -28,16 +30,12 @@ namespace {
 // read from someone's meta.json) are shown escaped, so every message stays
 // one line and a terminal shows what is there instead of obeying it.
 std::string printable(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c != 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      const char* hex = "0123456789abcdef";
-      out += c == '\n' ? std::string("\\n") : std::string("\\x") + hex[c >> 4] + hex[c & 15];
-    }
-  }
-  return out;
+  return escape_bytes(s, [](unsigned char c, std::string& out) {
+    if (!is_control(c)) return false;
+    if (c == '\n') out += "\\n";
+    else append_hex_escape(out, c);
+    return true;
+  });
 }
 
 void say(const std::string& line) { proc::write_stderr("offload-lock: " + printable(line) + "\n"); }
@@ -129,7 +127,7 @@ int acquire_failed(const ol::error& e, const args& a, const std::string& path, i
     return busy_code;
   }
   say(e.message());
-  return e == ol::errc::bad_input ? exit_usage : exit_system;
+  return exit_code_for(e);
 }
 
 // ---- while waiting ----
@@ -294,14 +292,16 @@ ojson board_json(const board& b, const args& a) {
 
 // A label value in the Prometheus text format.
 std::string prom_quote(const std::string& v) {
-  std::string s = "\"";
-  for (char c : v) {
-    if (c == '\\') s += "\\\\";
-    else if (c == '"') s += "\\\"";
-    else if (c == '\n') s += "\\n";
-    else s += c;
-  }
-  return s + "\"";
+  return "\"" +
+         escape_bytes(v,
+                      [](unsigned char c, std::string& out) {
+                        if (c == '\\') out += "\\\\";
+                        else if (c == '"') out += "\\\"";
+                        else if (c == '\n') out += "\\n";
+                        else return false;
+                        return true;
+                      }) +
+         "\"";
 }
 
 std::string seconds_text(ol::milliseconds d) {
