@@ -14,7 +14,7 @@ namespace offload_lock::cli {
 int cmd_path(const args& a);
 int cmd_status(const args& a, const gpu_plan& gpus, const std::string& path);
 int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path);
-int cmd_release(const args& a, const gpu_plan& gpus, const std::string& path);
+int cmd_release(const args& a, const gpu_plan& gpus, const std::string& base);  // base: the lock, not a slot
 int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path);
 int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path);
 int cmd_wait_free(const args& a, const std::string& path);
