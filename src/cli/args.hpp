@@ -1,5 +1,5 @@
-// The offload-lock command line: its grammar, its values (durations, pids)
-// and its help texts.
+// The offload-lock command line: grammar, values and help texts.
+// Durations and pids are parsed here too; nothing here does I/O.
 #ifndef OFFLOAD_LOCK_SRC_CLI_ARGS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_ARGS_HPP
 

@@ -1,6 +1,7 @@
-// The commands of offload-lock, one function each. Each takes the parsed
-// command line, the GPU slots resolved once for it, and the lock path, and
-// returns the exit code (cli/exit_codes.hpp; `run`: CMD's status).
+// The commands of offload-lock, one function each.
+// Each takes the parsed command line, the GPU slots resolved once for it,
+// and the lock path, and returns the exit code (cli/exit_codes.hpp; `run`:
+// CMD's status).
 #ifndef OFFLOAD_LOCK_SRC_CLI_COMMANDS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_COMMANDS_HPP
 

@@ -1,5 +1,6 @@
-// The escaping core shared by every one-line text the command writes: its
-// messages on a terminal, its usage errors and the Prometheus label values.
+// The escaping core of every one-line text the command writes.
+// Its messages on a terminal, its usage errors and the Prometheus label
+// values each pick which bytes to escape, and how, over this one loop.
 #ifndef OFFLOAD_LOCK_SRC_CLI_ESCAPE_HPP
 #define OFFLOAD_LOCK_SRC_CLI_ESCAPE_HPP
 

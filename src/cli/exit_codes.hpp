@@ -1,7 +1,8 @@
-// The one table of outcomes: each exit code of the offload-lock command, the
-// offload_lock::errc values and C API codes (offload_lock.h) of the same
-// outcome, and what it means. compat/node, compat/go and README.md carry the
-// same numbers; tests/unit/outcomes_test.cpp fails when any of them drifts.
+// The one table of outcomes the command, the C API, Node and Go agree on.
+// Each row: an exit code of the offload-lock command, the offload_lock::errc
+// values and C API codes (offload_lock.h) of the same outcome, and what it
+// means. compat/node, compat/go and README.md carry the same numbers;
+// tests/unit/outcomes_test.cpp fails when any of them drifts.
 #ifndef OFFLOAD_LOCK_SRC_CLI_EXIT_CODES_HPP
 #define OFFLOAD_LOCK_SRC_CLI_EXIT_CODES_HPP
 

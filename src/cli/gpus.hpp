@@ -1,6 +1,6 @@
-// GPU slots on the command line: how many slots a command uses (--gpus N,
-// --gpus auto counted once per command, --gpu K), the slots that exist next
-// to a lock, and the CUDA device of a slot.
+// GPU slots on the command line, resolved once per command.
+// How many slots a command uses (--gpus N, --gpus auto, --gpu K), the slots
+// that exist next to a lock, and the CUDA device of a slot.
 #ifndef OFFLOAD_LOCK_SRC_CLI_GPUS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_GPUS_HPP
 

@@ -1,6 +1,6 @@
-// The offload-lock command: parses the command line, resolves the lock path
-// and the GPU slots once, and dispatches to the command (cli/commands.hpp).
-// Exit codes: cli/exit_codes.hpp.
+// The offload-lock command: parsing and dispatch.
+// Parses the command line, resolves the lock path and the GPU slots once,
+// and runs the command (cli/commands.hpp). Exit codes: cli/exit_codes.hpp.
 #include <exception>
 #include <iostream>
 #include <string>

@@ -1,6 +1,5 @@
-// What the command writes: messages on stderr (one line each, control
-// characters escaped), who holds a lock, a lock's status line, label values
-// of the Prometheus exposition format, and the JSON of a lock's state.
+// What the command writes: messages, status lines, label values, JSON.
+// Messages go to stderr one line each, with control characters escaped.
 #ifndef OFFLOAD_LOCK_SRC_CLI_OUTPUT_HPP
 #define OFFLOAD_LOCK_SRC_CLI_OUTPUT_HPP
 

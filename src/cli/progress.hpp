@@ -1,6 +1,7 @@
-// The waiting line: while a command waits for the lock, one line rewritten
-// in place on a terminal, or in a log a line when the holder changes and a
-// reminder now and then (--remind).
+// The waiting line on a terminal and in a log.
+// While a command waits for the lock: one line rewritten in place on a
+// terminal, or in a log a line when the holder changes and a reminder now
+// and then (--remind).
 #ifndef OFFLOAD_LOCK_SRC_CLI_PROGRESS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_PROGRESS_HPP
 

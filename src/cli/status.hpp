@@ -1,6 +1,6 @@
-// The status board: who holds each slot of the lock and who waits, as text,
-// JSON (--json) or the Prometheus text format (--prometheus), once or
-// redrawn as it changes (--watch).
+// The status board: text, JSON, Prometheus, --watch.
+// Who holds each slot of the lock and who waits, printed once or redrawn as
+// it changes.
 #ifndef OFFLOAD_LOCK_SRC_CLI_STATUS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_STATUS_HPP
 

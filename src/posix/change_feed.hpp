@@ -1,5 +1,6 @@
-// What `status --watch` waits on: entries created, removed or renamed in
-// watched directories, and the exit of watched processes (inotify, pidfd).
+// What `status --watch` waits on: directory entries and process exits.
+// Entries created, removed or renamed in watched directories (inotify), and
+// the exit of watched processes (pidfd).
 #ifndef OFFLOAD_LOCK_SRC_POSIX_CHANGE_FEED_HPP
 #define OFFLOAD_LOCK_SRC_POSIX_CHANGE_FEED_HPP
 

@@ -1,7 +1,8 @@
-// Child processes of the offload-lock command: a child forked before the
-// lock is taken (so its pid can be recorded as the holder) and held back
-// from exec until the lock is ours, signal forwarding to it, and detaching
-// a background keeper.
+// Child processes of the offload-lock command: the gated child, the keeper.
+// A child is forked before the lock is taken (so its pid can be recorded as
+// the holder) and held back from exec until the lock is ours; signals sent
+// to the command are passed on to it. The keeper is a detached background
+// process.
 #ifndef OFFLOAD_LOCK_SRC_POSIX_CHILD_HPP
 #define OFFLOAD_LOCK_SRC_POSIX_CHILD_HPP
 

@@ -1,5 +1,5 @@
-// Running a helper command with a time limit and reading its output (the
-// command line's `nvidia-smi -L`).
+// Running a helper command with a time limit (`nvidia-smi -L`).
+// Its standard output is read back, bounded.
 #ifndef OFFLOAD_LOCK_SRC_POSIX_COMMAND_HPP
 #define OFFLOAD_LOCK_SRC_POSIX_COMMAND_HPP
 

@@ -1,6 +1,7 @@
-// The few facts the offload-lock command reads from the system itself: an
-// environment variable, its parent's pid, its effective uid, the names in a
-// directory, how a path splits into parent and name. Thin calls over the library's seam (posix/sys.hpp).
+// The few facts the offload-lock command reads from the system.
+// An environment variable, its parent's pid, its effective uid, the names
+// in a directory, how a path splits into parent and name. Thin calls over
+// the library's seam (posix/sys.hpp).
 #ifndef OFFLOAD_LOCK_SRC_POSIX_OS_HPP
 #define OFFLOAD_LOCK_SRC_POSIX_OS_HPP
 

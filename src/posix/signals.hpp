@@ -1,6 +1,6 @@
-// Signals for the offload-lock command: the self-pipe that queues SIGINT,
-// SIGTERM, SIGHUP and SIGCHLD, waiting for EOF or a signal, SIGTERM to
-// another process, and signal names.
+// Signals for the offload-lock command: the self-pipe, SIGTERM, names.
+// SIGINT, SIGTERM, SIGHUP and SIGCHLD are queued in a self-pipe; waiting for
+// EOF or a signal; SIGTERM to another process; signal names for messages.
 #ifndef OFFLOAD_LOCK_SRC_POSIX_SIGNALS_HPP
 #define OFFLOAD_LOCK_SRC_POSIX_SIGNALS_HPP
 

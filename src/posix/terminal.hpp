@@ -1,5 +1,4 @@
-// The terminal of the offload-lock command: its width, and unbuffered
-// writes to standard error.
+// The terminal of the offload-lock command: width and stderr writes.
 #ifndef OFFLOAD_LOCK_SRC_POSIX_TERMINAL_HPP
 #define OFFLOAD_LOCK_SRC_POSIX_TERMINAL_HPP
 
