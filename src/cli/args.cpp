@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <map>
 
+#include "cli/escape.hpp"
+
 namespace offload_lock::cli {
 
 namespace {
@@ -32,21 +34,13 @@ std::optional<double> decimal(const std::string& s) {
 // A usage error is one line (exit 2 promises that), yet it quotes arguments,
 // which may hold any byte but NUL: show control characters as escapes.
 std::string one_line(const std::string& message) {
-  std::string out;
-  for (char c : message) {
-    auto u = static_cast<unsigned char>(c);
+  return escape_bytes(message, [](unsigned char c, std::string& out) {
     if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
-    else if (u < 0x20 || u == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out;
+    else if (is_control(c)) append_hex_escape(out, c);
+    else return false;
+    return true;
+  });
 }
 
 const std::map<std::string, std::string>& helps() {

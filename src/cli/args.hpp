@@ -1,5 +1,5 @@
-// The offload-lock command line: its grammar, its values (durations, pids)
-// and the fixed table of exit codes other programs test against.
+// The offload-lock command line: grammar, values and help texts.
+// Durations and pids are parsed here too; nothing here does I/O.
 #ifndef OFFLOAD_LOCK_SRC_CLI_ARGS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_ARGS_HPP
 
@@ -9,17 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace offload_lock::cli {
+#include "cli/exit_codes.hpp"
 
-// The exit codes. The Node and Go sides and the tests use this same table.
-enum exit_code : int {
-  exit_ok = 0,          // taken / released / already free / held (status) / free (wait-free)
-  exit_busy = 1,        // busy when the wait ended; status: free; wait-free: still held
-  exit_usage = 2,       // malformed command line
-  exit_not_owner = 3,   // release: someone else holds the lock
-  exit_system = 4,      // a system error (permission, missing parent, I/O)
-  exit_lost = 5,        // hold: the lock was taken from this holder meanwhile
-};
+namespace offload_lock::cli {
 
 struct args {
   // global

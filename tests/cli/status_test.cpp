@@ -485,3 +485,41 @@ TEST_CASE("acquire and release with slots; --gpus auto counts nvidia-smi's GPUs"
   CHECK(s0->still_held());
   CHECK(s1->still_held());
 }
+
+TEST_CASE("GPUs are counted once per command with --gpus auto", "[cli][gpus]") {
+  // /proc/driver/nvidia/gpus is read before nvidia-smi is tried: with a
+  // real driver the stand-in would never run.
+  if (fs::exists("/proc/driver/nvidia/gpus")) return;
+  temp_dir d;
+  // A stand-in nvidia-smi that reports three GPUs and leaves one line in a
+  // counter file each time it runs.
+  fs::path bin = d.path / "bin";
+  fs::create_directory(bin);
+  const fs::path runs = d.path / "nvidia-smi-runs";
+  write_file(bin / "nvidia-smi",
+             "#!/bin/sh\n[ \"$1\" = -L ] || exit 9\necho run >> '" + runs.string() + "'\n"
+             "echo 'GPU 0: Stand-in (UUID: GPU-0)'\necho 'GPU 1: Stand-in (UUID: GPU-1)'\n"
+             "echo 'GPU 2: Stand-in (UUID: GPU-2)'\n");
+  fs::permissions(bin / "nvidia-smi", fs::owner_all);
+  env_changes path_env = {{"PATH", bin.string() + ":" + std::string(::getenv("PATH"))}};
+  auto runs_seen = [&] { return fs::exists(runs) ? lines_of(read_file(runs)).size() : std::size_t{0}; };
+
+  // Busy: every slot is held, so the run counts slots for its options and
+  // again for its message.
+  std::vector<ol::lock> held;
+  for (int k = 0; k < 3; ++k) {
+    auto l = ol::lock::acquire(ol::gpu_slot_path(d.lock(), k), 0ms);
+    REQUIRE(l);
+    held.push_back(std::move(*l));
+  }
+  auto r = run_cli(with_lock(d, {"run", "--gpus", "auto", "--wait", "0", "--", "true"}), path_env);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("busy: all 3 GPU slots of " + d.lock() + " are held"));
+  CHECK(runs_seen() == 1);
+
+  fs::remove(runs);
+  r = run_cli(with_lock(d, {"status", "--gpus", "auto"}), path_env);
+  CHECK(r.code == 0);
+  CHECK(lines_of(r.out).size() == 3);
+  CHECK(runs_seen() == 1);
+}

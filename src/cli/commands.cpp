@@ -1,0 +1,316 @@
+// The commands of offload-lock: path, status, acquire, release, run, hold
+// and wait-free over the library. See commands.hpp.
+#include "cli/commands.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/exit_codes.hpp"
+#include "cli/names.hpp"
+#include "cli/output.hpp"
+#include "cli/progress.hpp"
+#include "cli/status.hpp"
+#include "offload_lock/lock.hpp"
+#include "offload_lock/path.hpp"
+#include "posix/child.hpp"
+#include "posix/os.hpp"
+#include "posix/signals.hpp"
+
+namespace offload_lock::cli {
+
+namespace {
+
+// Exit code and message for a failed acquisition.
+int acquire_failed(const error& e, const args& a, const gpu_plan& gpus, const std::string& path, int busy_code) {
+  if (e == errc::busy || e == errc::timed_out) {
+    if (!a.quiet) {
+      const std::string how = e == errc::busy ? "busy: " : "timed out: ";
+      if (gpus.slotted && a.gpu < 0 && gpus.count > 1) {
+        say(how + "all " + std::to_string(gpus.count) + " GPU slots of " + path + " are held");
+      } else {
+        const std::string p = a.gpu > 0 ? gpu_slot_path(path, a.gpu) : path;
+        say(how + p + " is " + status_line(inspect(p, a.ttl)));
+      }
+    }
+    return busy_code;
+  }
+  say(e.message());
+  return exit_code_for(e);
+}
+
+// The options of an acquisition on the command line, its waiting line
+// included.
+lock_options options_for(const args& a, const gpu_plan& gpus, const std::string& path) {
+  lock_options o;
+  o.path = path;
+  o.wait = a.wait.value_or(wait_forever);
+  o.ttl = a.ttl;
+  o.label = a.label;
+  if (gpus.slotted) {
+    o.gpus = gpus.count;
+    o.gpu = gpus.gpu;
+    if (o.gpu >= o.gpus) o.gpus = 1;  // --gpu K alone (or beyond what auto found): slot K only
+  }
+  report_waiting(o, a);
+  return o;
+}
+
+// The lock path of the slot a lock holds.
+std::string held_path(const std::string& path, const lock& l) { return gpu_slot_path(path, l.gpu()); }
+
+ojson held_json(const args& a, const gpu_plan& gpus, const std::string& path, const lock& l) {
+  ojson j = to_json(inspect(held_path(path, l), a.ttl));
+  if (gpus.slotted) j["gpu"] = l.gpu();
+  return j;
+}
+
+std::string basename_of(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// A wait abandoned by a signal ends like being killed by it.
+int cancelled_exit(const args& a, const std::string& what) {
+  int sig = os::take_signal();
+  if (!a.quiet) say(what + (sig ? " (" + os::signal_name(sig) + ")" : ""));
+  return sig ? exit_signal_base + sig : exit_busy;
+}
+
+}  // namespace
+
+int cmd_path(const args& a) {
+  path_resolution r = resolve_path(a.lock_path);
+  if (a.json) {
+    ojson j;
+    j["path"] = r.path;
+    j["rule"] = to_string(r.rule);
+    j["goPath"] = r.go_path;
+    j["goDisagrees"] = r.go_disagrees();
+    std::cout << dump(j) << "\n";
+    return exit_ok;
+  }
+  std::cout << r.path << "\n";
+  if (a.explain) {
+    std::cout << "rule: " << to_string(r.rule) << "\n";
+    if (r.go_disagrees())
+      std::cout << "go: " << r.go_path
+                << " (Go readers resolve this other path: Go reads only $TMPDIR, not $TMP or $TEMP;"
+                   " set TMPDIR or GPU_LOCK for both)\n";
+    else
+      std::cout << "go: same path\n";
+  }
+  return exit_ok;
+}
+
+int cmd_status(const args& a, const gpu_plan& gpus, const std::string& path) {
+  return a.watch ? watch_status(a, gpus, path) : print_status(a, gpus, path);
+}
+
+int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
+  lock_options o = options_for(a, gpus, path);
+  o.pid = a.pid ? a.pid : os::parent_pid();
+  // The keeper below refreshes the lock from another process.
+  o.heartbeat = false;
+  auto l = lock::acquire(o);
+  end_waiting_line();
+  if (!l) return acquire_failed(l.error(), a, gpus, path, exit_busy);
+  if (a.json) std::cout << dump(held_json(a, gpus, path, *l)) << std::endl;
+  else if (gpus.slotted) std::cout << l->token() << " " << l->gpu() << std::endl;
+  else std::cout << l->token() << std::endl;
+  if (l->inherited()) {
+    // Started under this very lock (inside `offload-lock run`): nothing to keep.
+    if (!a.quiet) say("passing through: " + held_path(path, *l) + " is held by the offload-lock run this process runs under");
+    return exit_ok;
+  }
+  // A detached keeper keeps the lock fresh while the holder lives and
+  // releases it when the holder exits.
+  auto keeper = os::fork_detached();
+  if (keeper && *keeper) {
+    (void)l->hold_until_holder_exits();
+    std::_Exit(0);
+  }
+  l->detach();
+  return exit_ok;
+}
+
+int cmd_release(const args& a, const gpu_plan& gpus, const std::string& base) {
+  std::string path = base;
+  if (a.gpu >= 0) {
+    path = gpu_slot_path(base, a.gpu);
+  } else if (gpus.slotted) {
+    // The slot this holder holds, among the N.
+    if (a.force) {
+      say("release --force with --gpus removes one slot: name it with --gpu K");
+      return exit_usage;
+    }
+    const int n = gpus.count;
+    const std::int64_t pid = a.token.empty() ? (a.pid ? a.pid : os::parent_pid()) : 0;
+    bool found = false, any_held = false;
+    for (int k = 0; k < n && !found; ++k) {
+      info i = inspect(gpu_slot_path(base, k), a.ttl);
+      any_held = any_held || i.held;
+      if ((!a.token.empty() && i.token == a.token) || (pid && i.pid && *i.pid == pid)) {
+        path = i.path;
+        found = true;
+      }
+    }
+    if (!found) {
+      std::string whom = a.token.empty() ? "pid " + std::to_string(pid) : "token " + a.token;
+      if (!any_held) {
+        if (!a.quiet) say("already free: no slot of " + base + " is held by " + whom);
+        return exit_ok;
+      }
+      say("none of the " + std::to_string(n) + " slots of " + base + " is held by " + whom + "; left in place");
+      return exit_not_owner;
+    }
+  }
+  release_request req;
+  req.token = a.token;
+  req.force = a.force;
+  if (a.token.empty()) req.pid = a.pid ? a.pid : os::parent_pid();
+  // Inside `offload-lock run` a plain release leaves the enclosing run's lock
+  // to the run (B11): its acquire passed through, so there is nothing of ours.
+  auto inherited = os::get_env(env_lock_token);
+  if (a.token.empty() && !a.pid && !a.force && inherited && !inherited->empty() &&
+      inspect(path, a.ttl).token == *inherited) {
+    if (!a.quiet) say("passing through: " + path + " belongs to the offload-lock run this process runs under; left for it");
+    return exit_ok;
+  }
+  auto r = release_by(path, req, a.ttl);
+  if (!r) {
+    // A release that cannot look at the lock is a system error whatever its
+    // code: a path naming no directory exits 4 here, as it always has.
+    say(r.error().message());
+    return exit_system;
+  }
+  const info& i = r->before;
+  switch (r->status) {
+    case release_status::released:
+      if (a.force && !a.quiet) say("removed " + path + ", held by " + who(i));
+      return exit_ok;
+    case release_status::already_free:
+      if (i.present && !a.quiet) say("already free; a stale lock of " + who(i) + " remains for the next acquirer to reclaim");
+      return exit_ok;
+    case release_status::not_owner:
+      say(path + " is held by " + who(i) + ", not by " +
+          (a.token.empty() ? "pid " + std::to_string(req.pid) : "token " + a.token) + "; left in place");
+      return exit_not_owner;
+  }
+  return exit_system;
+}
+
+int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
+  // How many slots, before signals are caught: --gpus auto may run nvidia-smi.
+  lock_options o = options_for(a, gpus, path);
+  // Signals are caught before anything else: one that arrives while waiting
+  // abandons the wait; one that arrives once CMD runs is passed on to it.
+  const int signals = os::catch_signals();
+  std::string token = new_token();
+  // CMD's environment names the slot it runs on, known once it is taken.
+  std::vector<os::gated_child::env_list> per_slot;
+  const int slots = o.gpu >= 0 ? o.gpu + 1 : o.gpus;
+  for (int k = 0; k < slots; ++k) {
+    per_slot.push_back({{env_lock_path, gpu_slot_path(path, k)}});
+    if (gpus.slotted) per_slot.back().emplace_back(env_cuda_devices, cuda_device(k));
+  }
+  auto child = os::gated_child::fork_gated(a.cmd, {{env_lock_token, token}}, per_slot);
+  if (!child) {
+    say(child.error().message());
+    return exit_system;
+  }
+  o.pid = child->pid();
+  o.token = token;
+  if (o.label.empty()) o.label = basename_of(a.cmd[0]);
+  std::string cmd_name = a.cmd[0];
+  const std::int64_t cmd_pid = child->pid();
+  const bool term = a.on_lost_term;
+  // Runs on the library's heartbeat thread; the error names the lock (the
+  // slot's path).
+  o.on_lost = [cmd_name, cmd_pid, term](const error& e) {
+    say("WARNING: the lock " + e.context() + " was removed or replaced by someone else while " + cmd_name +
+        " runs; the GPU is no longer reserved for it" + (term ? "; sending it SIGTERM" : ""));
+    if (term) os::terminate(cmd_pid);
+  };
+  o.cancel_fds = {signals};
+  auto l = lock::acquire(o);
+  end_waiting_line();
+  if (!l) {
+    // CMD, held back at the gate, was killed while we waited: it ends like
+    // any CMD, with its own status.
+    if (auto status = child->ended()) {
+      child->reap();
+      if (!a.quiet) say(a.cmd[0] + " ended before it could start (status " + std::to_string(*status) + ")");
+      return *status;
+    }
+    child->abandon();
+    if (l.error() == errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
+    return acquire_failed(l.error(), a, gpus, path, a.busy_exit);
+  }
+  const std::string shown = held_path(path, *l);
+  if (auto e = child->start(l->gpu())) {
+    (void)l->release();
+    if (child->ended_before_start() >= 0) return child->ended_before_start();
+    say("cannot run " + a.cmd[0] + ": " + e.code().message());
+    return e.code() == std::errc::no_such_file_or_directory ? 127 : 126;
+  }
+  int status = child->wait_forwarding();
+  // Released while CMD is still an unreaped zombie, so no participant ever
+  // sees this lock with a dead holder pid (a v1 runner would reclaim it).
+  error released = l->release();
+  child->reap();
+  if (released == errc::lost && !a.quiet)
+    say("the lock " + shown + " had been removed or replaced by someone else before " + cmd_name + " ended");
+  return status;
+}
+
+int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
+  lock_options o = options_for(a, gpus, path);
+  o.on_lost = [](const error& e) {
+    say("WARNING: the lock " + e.context() + " was removed or replaced by someone else");
+  };
+  // Signals first (see cmd_run); and a hold whose requester is gone (its
+  // stdin closed) gives up waiting instead of taking the lock for nobody.
+  const int signals = os::catch_signals();
+  o.cancel_fds = {signals, 0};
+  auto l = lock::acquire(o);
+  end_waiting_line();
+  if (!l) {
+    if (l.error() == errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
+    return acquire_failed(l.error(), a, gpus, path, exit_busy);
+  }
+  std::cout << "acquired " << dump(held_json(a, gpus, path, *l)) << std::endl;
+  const std::string slot_path = held_path(path, *l);
+  (void)os::wait_for_eof_or_signal();
+  const std::string token = l->token();  // release() empties the handle
+  error e = l->release();
+  if (e == errc::lost) {
+    // Released by its token from elsewhere (compat/node does this) leaves
+    // the path free: that is an ordinary end. Someone else's lock is not.
+    info now = inspect(slot_path, a.ttl);
+    if (now.held && now.token != token) {
+      if (!a.quiet) say("the lock had been taken over by " + who(now));
+      return exit_lost;
+    }
+    return exit_ok;
+  }
+  if (e) {
+    say(e.message());
+    return exit_code_for(e);
+  }
+  return exit_ok;
+}
+
+int cmd_wait_free(const args& a, const std::string& path) {
+  info i = wait_free(path, a.wait.value_or(wait_forever), a.poll, a.ttl);
+  if (!i.problem.empty()) {
+    say(i.problem);
+    return exit_system;
+  }
+  if (a.json) std::cout << dump(to_json(i)) << "\n";
+  return i.held ? exit_busy : exit_ok;
+}
+
+}  // namespace offload_lock::cli

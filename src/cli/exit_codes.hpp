@@ -1,0 +1,87 @@
+// The one table of outcomes the command, the C API, Node and Go agree on.
+// Each row: an exit code of the offload-lock command, the offload_lock::errc
+// values and C API codes (offload_lock.h) of the same outcome, and what it
+// means. compat/node, compat/go and README.md carry the same numbers;
+// tests/unit/outcomes_test.cpp fails when any of them drifts.
+#ifndef OFFLOAD_LOCK_SRC_CLI_EXIT_CODES_HPP
+#define OFFLOAD_LOCK_SRC_CLI_EXIT_CODES_HPP
+
+#include <array>
+#include <string_view>
+
+#include "offload_lock/error.hpp"
+
+namespace offload_lock::cli {
+
+// A C API result code by its name in offload_lock.h; an empty name is none.
+struct c_code {
+  std::string_view name;
+  int value = -1;
+};
+
+struct outcome {
+  std::string_view name;  // compat/node's key is the same in camelCase (not_owner: notOwner)
+  int exit_code;          // published: scripts test for it, never renumber
+  // The library's outcomes and the C API's codes that end with this exit
+  // code; errc{} and an empty c_code are unused places. Where both are
+  // present, errcs[k] and c_api[k] are the same outcome.
+  std::array<errc, 2> errcs;
+  std::array<c_code, 2> c_api;
+  std::string_view meaning;  // the row of README.md's exit-code table
+};
+
+// The C API numbers differ from the exit codes (C 3 is lost, exit 3 is not
+// owner; C tells busy from timed out): the rows make that mapping explicit.
+// errc::cancelled has no row: a wait abandoned by signal N ends 128+N.
+inline constexpr std::array<outcome, 6> outcomes = {{
+    {"ok", 0, {}, {{{"OFFLOAD_LOCK_OK", 0}, {}}},
+     "done: taken, released or already free; `status`: held; `wait-free`: free"},
+    {"busy", 1, {errc::busy, errc::timed_out}, {{{"OFFLOAD_LOCK_BUSY", 1}, {"OFFLOAD_LOCK_TIMED_OUT", 2}}},
+     "busy when `--wait` ended; `status`: free; `wait-free`: still held"},
+    {"usage", 2, {errc::bad_input}, {{{"OFFLOAD_LOCK_INVALID", 5}, {}}}, "usage error (one line on stderr)"},
+    {"not_owner", 3, {}, {}, "`release`: someone else holds the lock (left in place)"},
+    {"system", 4, {}, {{{"OFFLOAD_LOCK_ERROR", 4}, {}}},
+     "system error: permission, missing parent, not a directory, a stale lock that cannot be removed (one line on "
+     "stderr naming the path and the reason)"},
+    {"lost", 5, {errc::lost}, {{{"OFFLOAD_LOCK_LOST", 3}, {}}},
+     "`hold`: the lock was taken from this holder meanwhile"},
+}};
+
+// The exit code of the outcome named `name`; -1 for a name not in the table.
+constexpr int exit_code_named(std::string_view name) {
+  for (const outcome& o : outcomes)
+    if (o.name == name) return o.exit_code;
+  return -1;
+}
+
+inline constexpr int exit_ok = exit_code_named("ok");
+inline constexpr int exit_busy = exit_code_named("busy");
+inline constexpr int exit_usage = exit_code_named("usage");
+inline constexpr int exit_not_owner = exit_code_named("not_owner");
+inline constexpr int exit_system = exit_code_named("system");
+inline constexpr int exit_lost = exit_code_named("lost");
+static_assert(exit_ok >= 0 && exit_busy >= 0 && exit_usage >= 0 && exit_not_owner >= 0 && exit_system >= 0 &&
+              exit_lost >= 0);
+
+// A wait abandoned by signal N (errc::cancelled) ends like being killed by
+// it: 128 + N.
+inline constexpr int exit_signal_base = 128;
+
+// The exit code for an outcome of the library: its row; errc values without
+// one (cancelled) are the caller's to decide, and get exit_system here.
+constexpr int exit_code_for(errc e) {
+  for (const outcome& o : outcomes)
+    for (errc c : o.errcs)
+      if (c == e && c != errc{}) return o.exit_code;
+  return exit_system;
+}
+
+// The same for any error: system errors (errno) are exit_system.
+inline int exit_code_for(const error& e) {
+  if (e.code().category() != category()) return exit_system;
+  return exit_code_for(static_cast<errc>(e.code().value()));
+}
+
+}  // namespace offload_lock::cli
+
+#endif  // OFFLOAD_LOCK_SRC_CLI_EXIT_CODES_HPP

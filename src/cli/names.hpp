@@ -1,0 +1,18 @@
+// The environment variables the command sets for CMD and reads back.
+// `run` sets them for CMD; a command CMD starts reads them (PROTOCOL B11).
+#ifndef OFFLOAD_LOCK_SRC_CLI_NAMES_HPP
+#define OFFLOAD_LOCK_SRC_CLI_NAMES_HPP
+
+namespace offload_lock::cli {
+
+// The lock (slot) path CMD runs under.
+inline constexpr const char* env_lock_path = "OFFLOAD_LOCK_PATH";
+// The token of the lock CMD runs under; the library passes a nested
+// acquisition of that lock straight through.
+inline constexpr const char* env_lock_token = "OFFLOAD_LOCK_TOKEN";
+// The CUDA devices CMD may use: the slot's device.
+inline constexpr const char* env_cuda_devices = "CUDA_VISIBLE_DEVICES";
+
+}  // namespace offload_lock::cli
+
+#endif  // OFFLOAD_LOCK_SRC_CLI_NAMES_HPP

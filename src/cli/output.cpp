@@ -1,0 +1,69 @@
+// What the command writes: messages, status lines, JSON. See output.hpp.
+#include "cli/output.hpp"
+
+#include "cli/escape.hpp"
+#include "posix/os.hpp"
+#include "posix/terminal.hpp"
+
+namespace offload_lock::cli {
+
+std::string printable(const std::string& s) {
+  return escape_bytes(s, [](unsigned char c, std::string& out) {
+    if (!is_control(c)) return false;
+    if (c == '\n') out += "\\n";
+    else append_hex_escape(out, c);
+    return true;
+  });
+}
+
+std::string prom_quote(const std::string& v) {
+  return "\"" +
+         escape_bytes(v,
+                      [](unsigned char c, std::string& out) {
+                        if (c == '\\') out += "\\\\";
+                        else if (c == '"') out += "\\\"";
+                        else if (c == '\n') out += "\\n";
+                        else return false;
+                        return true;
+                      }) +
+         "\"";
+}
+
+void say(const std::string& line) { os::write_stderr("offload-lock: " + printable(line) + "\n"); }
+
+std::string who(const info& i) {
+  std::string label = i.label.empty() ? "an unnamed holder" : i.label;
+  std::string s = label + " (pid " + (i.pid ? std::to_string(*i.pid) : "unknown");
+  if (!i.host.empty()) s += ", host " + i.host;
+  return s + ")";
+}
+
+std::string status_line(const info& i) {
+  // A lock directory someone else owns (in a shared /tmp, another user's).
+  std::string owner;
+  if (i.owner_uid && *i.owner_uid != os::effective_uid())
+    owner = "; lock directory owned by uid " + std::to_string(*i.owner_uid);
+  if (i.held) return printable("held by " + who(i) + " for " + describe_duration(i.held_for) + owner);
+  if (!i.present) return "free";
+  return printable("free (stale lock of " + who(i) + ": " + i.stale_reason.value_or("unknown") + owner + ")");
+}
+
+ojson to_json(const info& i) {
+  ojson j;
+  j["path"] = i.path;
+  j["held"] = i.held;
+  auto opt = [&](const char* key, const std::string& v) { j[key] = v.empty() ? ojson() : ojson(v); };
+  j["pid"] = i.pid ? ojson(*i.pid) : ojson();
+  j["startedAt"] = i.started_at ? ojson(*i.started_at) : ojson();
+  j["heldForMs"] = i.held ? ojson(i.held_for.count()) : ojson();
+  opt("label", i.label);
+  opt("host", i.host);
+  opt("token", i.token);
+  j["stale"] = i.stale_reason ? ojson(*i.stale_reason) : ojson();
+  j["ownerUid"] = i.owner_uid ? ojson(*i.owner_uid) : ojson();
+  return j;
+}
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+}  // namespace offload_lock::cli

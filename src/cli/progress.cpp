@@ -1,0 +1,58 @@
+// The waiting line on a terminal and in a log. See progress.hpp.
+#include "cli/progress.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cli/output.hpp"
+#include "posix/terminal.hpp"
+
+namespace offload_lock::cli {
+
+namespace {
+
+std::string holders_text(const std::vector<info>& hs) {
+  if (hs.size() == 1) {
+    const info& i = hs[0];
+    return who(i) + ", held for " + describe_duration(i.held_for);
+  }
+  std::string s = "any of " + std::to_string(hs.size()) + " GPUs:";
+  for (std::size_t k = 0; k < hs.size(); ++k)
+    s += std::string(k ? ";" : "") + " gpu" + std::to_string(k) + " " + who(hs[k]) + " " +
+         describe_duration(hs[k].held_for);
+  return s;
+}
+
+bool g_waiting_line = false;  // a waiting line is on the terminal now
+
+}  // namespace
+
+void report_waiting(lock_options& o, const args& a) {
+  if (a.quiet) return;
+  const int width = os::terminal_width(os::standard_error);
+  if (width > 0) {
+    // A terminal: one line, rewritten in place every second.
+    o.progress_every = std::chrono::seconds(1);
+    o.on_progress = [width](const wait_progress& p) {
+      std::string line = "offload-lock: waiting " + describe_duration(p.waited) + " for " + holders_text(p.holders);
+      if (static_cast<int>(line.size()) >= width) line.resize(static_cast<std::size_t>(std::max(1, width - 1)));
+      os::write_stderr("\r\x1b[K" + line);
+      g_waiting_line = true;
+    };
+  } else {
+    // A log: a line when the holder changes, and a reminder now and then.
+    o.progress_every = a.remind == std::chrono::milliseconds::max() ? std::chrono::milliseconds(0) : a.remind;
+    o.on_progress = [](const wait_progress& p) {
+      if (p.changed) say("waiting for " + holders_text(p.holders));
+      else say("still waiting for " + holders_text(p.holders) + "; waited " + describe_duration(p.waited));
+    };
+  }
+}
+
+void end_waiting_line() {
+  if (g_waiting_line) os::write_stderr("\r\x1b[K");
+  g_waiting_line = false;
+}
+
+}  // namespace offload_lock::cli

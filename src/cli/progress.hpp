@@ -1,0 +1,23 @@
+// The waiting line on a terminal and in a log.
+// While a command waits for the lock: one line rewritten in place on a
+// terminal, or in a log a line when the holder changes and a reminder now
+// and then (--remind).
+#ifndef OFFLOAD_LOCK_SRC_CLI_PROGRESS_HPP
+#define OFFLOAD_LOCK_SRC_CLI_PROGRESS_HPP
+
+#include "cli/args.hpp"
+#include "offload_lock/lock.hpp"
+
+namespace offload_lock::cli {
+
+// Makes an acquisition with `o` report its wait on stderr, as above; with
+// --quiet, nothing.
+void report_waiting(lock_options& o, const args& a);
+
+// Ends the in-place line, if one is shown, before anything else is written
+// to stderr.
+void end_waiting_line();
+
+}  // namespace offload_lock::cli
+
+#endif  // OFFLOAD_LOCK_SRC_CLI_PROGRESS_HPP

@@ -1,0 +1,220 @@
+// The status board: text, JSON, Prometheus, --watch. See status.hpp.
+#include "cli/status.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/output.hpp"
+#include "offload_lock/lock.hpp"
+#include "posix/change_feed.hpp"
+#include "posix/os.hpp"
+#include "posix/signals.hpp"
+#include "posix/terminal.hpp"
+
+namespace offload_lock::cli {
+
+namespace {
+
+struct board {
+  std::vector<info> slots;
+  std::vector<waiter> waiters;
+  std::string problem;
+  bool multi = false;
+};
+
+board look(const args& a, const gpu_plan& gpus, const std::string& path) {
+  board b;
+  b.waiters = waiters(path);
+  int n = gpus.count;
+  if (!gpus.slotted) {
+    n = discover_slots(path);
+    for (const auto& w : b.waiters) n = std::max({n, w.gpus, w.gpu + 1});
+  }
+  std::vector<int> shown;
+  if (a.gpu >= 0) shown.push_back(a.gpu);
+  else
+    for (int k = 0; k < n; ++k) shown.push_back(k);
+  b.multi = n > 1 || a.gpu > 0;
+  for (int k : shown) {
+    info i = inspect(gpu_slot_path(path, k), a.ttl);
+    if (!i.problem.empty() && b.problem.empty()) b.problem = i.problem;
+    b.slots.push_back(std::move(i));
+  }
+  if (a.gpu >= 0)
+    b.waiters.erase(std::remove_if(b.waiters.begin(), b.waiters.end(),
+                                   [&](const waiter& w) { return w.gpu >= 0 && w.gpu != a.gpu; }),
+                    b.waiters.end());
+  return b;
+}
+
+int slot_of(const args& a, std::size_t index) { return a.gpu >= 0 ? a.gpu : static_cast<int>(index); }
+
+std::string waiter_line(const waiter& w, bool multi) {
+  std::string s = "waiting: " + (w.label.empty() ? std::string("an unnamed process") : w.label) + " (pid " +
+                  std::to_string(w.pid);
+  if (!w.host.empty()) s += ", host " + w.host;
+  s += ") for " + describe_duration(w.waited);
+  if (w.gpu >= 0 && (multi || w.gpu > 0)) s += ", for gpu" + std::to_string(w.gpu);
+  else if (w.gpus > 1) s += ", for any of " + std::to_string(w.gpus) + " GPUs";
+  else if (multi) s += ", for gpu0";
+  return s;
+}
+
+std::string render(const board& b, const args& a) {
+  std::string out;
+  for (std::size_t k = 0; k < b.slots.size(); ++k) {
+    if (b.multi) out += "gpu" + std::to_string(slot_of(a, k)) + ": ";
+    out += status_line(b.slots[k]) + "\n";
+  }
+  for (const auto& w : b.waiters) out += waiter_line(w, b.multi) + "\n";
+  return out;
+}
+
+ojson waiter_json(const waiter& w) {
+  ojson j;
+  j["pid"] = w.pid;
+  j["label"] = w.label;
+  j["host"] = w.host;
+  j["since"] = w.since;
+  j["waitedMs"] = w.waited.count();
+  j["gpu"] = w.gpu >= 0 ? ojson(w.gpu) : ojson();
+  j["gpus"] = w.gpus;
+  return j;
+}
+
+ojson board_json(const board& b, const args& a) {
+  ojson j = to_json(b.slots.front());
+  j["gpu"] = slot_of(a, 0);
+  ojson slots = ojson::array();
+  for (std::size_t k = 0; k < b.slots.size(); ++k) {
+    ojson s = to_json(b.slots[k]);
+    s["gpu"] = slot_of(a, k);
+    slots.push_back(std::move(s));
+  }
+  j["slots"] = std::move(slots);
+  ojson ws = ojson::array();
+  for (const auto& w : b.waiters) ws.push_back(waiter_json(w));
+  j["waiters"] = std::move(ws);
+  return j;
+}
+
+std::string seconds_text(milliseconds d) {
+  char buf[32];
+  (void)std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+
+// The node_exporter textfile-collector format: one gauge family per fact,
+// labelled by lock path and slot.
+std::string prometheus(const board& b, const args& a, const std::string& path) {
+  std::string out;
+  auto family = [&](const char* name, const char* help) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n";
+  };
+  auto labels = [&](std::size_t k) {
+    return "{lock=" + prom_quote(path) + ",gpu=\"" + std::to_string(slot_of(a, k)) + "\"}";
+  };
+  family("offload_lock_held", "1 when the GPU lock (slot) is held, 0 when it is free.");
+  for (std::size_t k = 0; k < b.slots.size(); ++k) out += "offload_lock_held" + labels(k) + (b.slots[k].held ? " 1\n" : " 0\n");
+  family("offload_lock_holder_pid", "Process id recorded by the holder of a held GPU lock (slot).");
+  for (std::size_t k = 0; k < b.slots.size(); ++k)
+    if (b.slots[k].held && b.slots[k].pid) out += "offload_lock_holder_pid" + labels(k) + " " + std::to_string(*b.slots[k].pid) + "\n";
+  family("offload_lock_held_seconds", "How long the current holder has held the GPU lock (slot).");
+  for (std::size_t k = 0; k < b.slots.size(); ++k)
+    if (b.slots[k].held) out += "offload_lock_held_seconds" + labels(k) + " " + seconds_text(b.slots[k].held_for) + "\n";
+  family("offload_lock_holder_info", "The holder of a held GPU lock (slot), by label and host; always 1.");
+  for (std::size_t k = 0; k < b.slots.size(); ++k)
+    if (b.slots[k].held) {
+      std::string l = labels(k);
+      l.pop_back();
+      out += "offload_lock_holder_info" + l + ",label=" + prom_quote(b.slots[k].label) + ",host=" +
+             prom_quote(b.slots[k].host) + "} 1\n";
+    }
+  const std::string lock_label = "{lock=" + prom_quote(path) + "}";
+  family("offload_lock_waiters", "offload-lock processes waiting for the GPU lock.");
+  out += "offload_lock_waiters" + lock_label + " " + std::to_string(b.waiters.size()) + "\n";
+  family("offload_lock_oldest_wait_seconds", "How long the longest-waiting process has waited (0 when none waits).");
+  milliseconds oldest{0};
+  for (const auto& w : b.waiters) oldest = std::max(oldest, w.waited);
+  out += "offload_lock_oldest_wait_seconds" + lock_label + " " + seconds_text(oldest) + "\n";
+  return out;
+}
+
+// What a watcher of the board must see again: the holders and the queue,
+// without the durations that change every second.
+std::string shape_of(const board& b) {
+  std::string s;
+  for (const auto& i : b.slots) s += i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + (i.held ? "h" : i.present ? "s" : "f") + ";";
+  for (const auto& w : b.waiters) s += std::to_string(w.pid) + "@" + std::to_string(w.since) + ";";
+  return s;
+}
+
+}  // namespace
+
+int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
+  const int signals = os::catch_signals();
+  const bool tty = os::terminal_width(os::standard_output) > 0;
+  os::change_feed feed;
+  // Wake on the lock (or a slot) appearing, going or being replaced in its
+  // parent, and a waiter registering or leaving; and below, on a holder or a
+  // waiter dying.
+  std::string parent, name;
+  os::split_path(path, parent, name);
+  const std::vector<std::string> dirs = {parent, parent + "/." + name + ".waiters"};
+  std::string last_shape, last_text;
+  bool first = true;
+  for (;;) {
+    const bool dirs_watched = feed.arm_dirs(dirs);
+    board b = look(a, gpus, path);
+    std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + b.problem + "\n";
+    const std::string shape = shape_of(b) + b.problem;
+    if (tty) {
+      if (text != last_text) std::cout << "\x1b[H\x1b[2J" << text << "(watching " << path << "; Ctrl-C ends)" << std::flush;
+    } else if (first || shape != last_shape) {
+      std::cout << (first ? "" : "\n") << text << std::flush;
+    }
+    first = false;
+    last_text = text;
+    last_shape = shape;
+    std::vector<std::int64_t> pids;
+    std::int64_t timeout = tty ? 1000 : 60'000;
+    for (const auto& i : b.slots) {
+      if (i.held && i.pid) pids.push_back(*i.pid);
+      // A held lock turns stale at the TTL; a present, not-held one may be
+      // an incomplete lock inside its grace.
+      if (i.held) timeout = std::min<std::int64_t>(timeout, std::max<std::int64_t>(1, a.ttl.count() - i.age.count()));
+      else if (i.present) timeout = std::min<std::int64_t>(timeout, 1000);
+    }
+    for (const auto& w : b.waiters) pids.push_back(w.pid);
+    auto armed = feed.arm_pids(pids);
+    if (armed == os::change_feed::pids_armed::gone) continue;  // one died since the look
+    if (!dirs_watched || armed == os::change_feed::pids_armed::unwatched) timeout = std::min<std::int64_t>(timeout, 1000);
+    if (!feed.wait(timeout, {signals})) {
+      if (tty) std::cout << "\n" << std::flush;
+      return exit_ok;
+    }
+  }
+}
+
+int print_status(const args& a, const gpu_plan& gpus, const std::string& path) {
+  board b = look(a, gpus, path);
+  if (!b.problem.empty()) {
+    say(b.problem);
+    return exit_system;
+  }
+  if (a.prometheus) {
+    std::cout << prometheus(b, a, path);
+    return exit_ok;
+  }
+  if (a.json) std::cout << dump(board_json(b, a)) << "\n";
+  else std::cout << render(b, a);
+  bool all_held = std::all_of(b.slots.begin(), b.slots.end(), [](const info& i) { return i.held; });
+  return all_held ? exit_ok : exit_busy;
+}
+
+}  // namespace offload_lock::cli

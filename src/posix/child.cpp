@@ -1,0 +1,232 @@
+// Child processes of the offload-lock command. See child.hpp.
+#include "posix/child.hpp"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "posix/signals.hpp"
+#include "posix/sys.hpp"
+
+namespace offload_lock::cli::os {
+
+namespace {
+
+void close_fd(int& f) {
+  if (f >= 0) ::close(f);
+  f = -1;
+}
+
+}  // namespace
+
+result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv, const env_list& env,
+                                            const std::vector<env_list>& variants) {
+  if (argv.empty()) return error(errc::bad_input, "no command to run");
+  // Everything the child needs is built before fork: after it, only
+  // async-signal-safe calls. One environment per variant (the first without one).
+  std::vector<std::vector<std::string>> env_strings(variants.size() + 1);
+  for (std::size_t v = 0; v <= variants.size(); ++v) {
+    env_list all = env;
+    if (v > 0) all.insert(all.end(), variants[v - 1].begin(), variants[v - 1].end());
+    for (char** e = environ; e && *e; ++e) {
+      std::string s(*e);
+      bool replaced = false;
+      for (const auto& kv : all)
+        if (s.compare(0, kv.first.size() + 1, kv.first + "=") == 0) replaced = true;
+      if (!replaced) env_strings[v].push_back(std::move(s));
+    }
+    for (const auto& kv : all) env_strings[v].push_back(kv.first + "=" + kv.second);
+  }
+  std::vector<char*> cargv;
+  cargv.reserve(argv.size() + 1);
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  std::vector<std::vector<char*>> cenvs(env_strings.size());
+  for (std::size_t v = 0; v < env_strings.size(); ++v) {
+    for (auto& s : env_strings[v]) cenvs[v].push_back(s.data());
+    cenvs[v].push_back(nullptr);
+  }
+
+  int gate[2], report[2];
+  if (::pipe2(gate, O_CLOEXEC) != 0) return detail::sys::sys_error(errno, "pipe", "for " + argv[0]);
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    int e = errno;
+    ::close(gate[0]);
+    ::close(gate[1]);
+    return detail::sys::sys_error(e, "pipe", "for " + argv[0]);
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int f : {gate[0], gate[1], report[0], report[1]}) ::close(f);
+    return detail::sys::sys_error(e, "fork", "for " + argv[0]);
+  }
+  if (pid == 0) {
+    ::close(gate[1]);
+    ::close(report[0]);
+    int go = -1;  // the environment variant to start with, +1
+    ssize_t n;
+    do n = ::read(gate[0], &go, sizeof go);
+    while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof go)) ::_exit(127);
+    std::size_t v = go > 0 && static_cast<std::size_t>(go) < cenvs.size() ? static_cast<std::size_t>(go) : 0;
+    ::execvpe(cargv[0], cargv.data(), cenvs[v].data());
+    int e = errno;
+    ssize_t w = ::write(report[1], &e, sizeof e);
+    (void)w;
+    ::_exit(127);
+  }
+  ::close(gate[0]);
+  ::close(report[1]);
+  gated_child c;
+  c.pid_ = pid;
+  c.gate_ = gate[1];
+  c.report_ = report[0];
+  return c;
+}
+
+gated_child::gated_child(gated_child&& o) noexcept
+    : pid_(o.pid_), gate_(o.gate_), report_(o.report_), reaped_(o.reaped_), ended_before_start_(o.ended_before_start_) {
+  o.pid_ = -1;
+  o.gate_ = o.report_ = -1;
+}
+
+gated_child::~gated_child() {
+  if (pid_ > 0 && gate_ >= 0) abandon();
+  close_fd(gate_);
+  close_fd(report_);
+}
+
+error gated_child::start(int variant) {
+  // Handlers first: a signal that arrives as soon as CMD runs waits in the
+  // self-pipe and is passed on by wait_forwarding().
+  (void)catch_signals();
+  // The child may have been killed while it waited at the gate: then the
+  // write fails with EPIPE, which must not kill this process with SIGPIPE.
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, &old);
+  int go = variant + 1;
+  ssize_t w;
+  do w = ::write(gate_, &go, sizeof go);
+  while (w < 0 && errno == EINTR);
+  int write_errno = w < 0 ? errno : 0;
+  ::sigaction(SIGPIPE, &old, nullptr);
+  close_fd(gate_);
+  if (write_errno) {
+    close_fd(report_);
+    int st = 0;
+    while (::waitpid(static_cast<pid_t>(pid_), &st, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+    ended_before_start_ = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    return detail::sys::sys_error(write_errno, "start", "command (it ended before it could start)");
+  }
+  int e = 0;
+  ssize_t n;
+  do n = ::read(report_, &e, sizeof e);
+  while (n < 0 && errno == EINTR);
+  close_fd(report_);
+  if (n == static_cast<ssize_t>(sizeof e)) {
+    int st;
+    ::waitpid(static_cast<pid_t>(pid_), &st, 0);
+    reaped_ = true;
+    return detail::sys::sys_error(e, "exec", "command");
+  }
+  return {};
+}
+
+void gated_child::abandon() {
+  close_fd(gate_);
+  if (pid_ > 0 && !reaped_) {
+    int st;
+    while (::waitpid(static_cast<pid_t>(pid_), &st, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+  }
+}
+
+std::optional<int> gated_child::ended() {
+  if (pid_ <= 0 || reaped_) return std::nullopt;
+  siginfo_t info {};
+  int r;
+  do r = ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT);
+  while (r < 0 && errno == EINTR);
+  if (r != 0 || info.si_pid == 0) return std::nullopt;
+  if (info.si_code == CLD_EXITED) return info.si_status;
+  return 128 + info.si_status;
+}
+
+void gated_child::reap() {
+  if (pid_ <= 0 || reaped_) return;
+  int st;
+  while (::waitpid(static_cast<pid_t>(pid_), &st, 0) < 0 && errno == EINTR) {
+  }
+  reaped_ = true;
+}
+
+int gated_child::wait_forwarding() {
+  const int sig_fd = catch_signals();
+  for (;;) {
+    if (auto status = ended()) return *status;
+    if (reaped_) return 1;
+    struct pollfd fds[1] = {{sig_fd, POLLIN, 0}};
+    if (::poll(fds, 1, -1) < 0) continue;
+    while (auto m = next_caught()) {
+      if (is_child_exit(*m)) continue;
+      // A terminal's signal reaches the whole foreground process group, the
+      // child included; only signals sent to this process alone are passed on.
+      if (m->sent_to_process) ::kill(static_cast<pid_t>(pid_), m->signo);
+    }
+  }
+}
+
+result<bool> fork_detached() {
+  pid_t pid = ::fork();
+  if (pid < 0) return detail::sys::sys_error(errno, "fork", "background keeper");
+  if (pid > 0) {
+    // The intermediate child exits at once (below), so the keeper is
+    // re-parented and never becomes a zombie of the caller.
+    int st;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return false;
+  }
+  ::setsid();
+  pid_t again = ::fork();
+  if (again != 0) ::_exit(0);
+  // Descriptors without close-on-exec came from whoever started us (a
+  // shell's extra pipes, say); keeping them open would keep their readers
+  // waiting for an EOF until the keeper ends.
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    std::vector<int> inherited;
+    int self = ::dirfd(d);
+    while (struct dirent* e = ::readdir(d)) {
+      int f = static_cast<int>(std::strtol(e->d_name, nullptr, 10));
+      if (f > 2 && f != self && e->d_name[0] != '.' && (::fcntl(f, F_GETFD) & FD_CLOEXEC) == 0) inherited.push_back(f);
+    }
+    ::closedir(d);
+    for (int f : inherited) ::close(f);
+  }
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    if (null > 2) ::close(null);
+  }
+  if (::chdir("/") != 0) {
+  }
+  return true;
+}
+
+}  // namespace offload_lock::cli::os

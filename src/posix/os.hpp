@@ -1,0 +1,30 @@
+// The few facts the offload-lock command reads from the system.
+// An environment variable, its parent's pid, its effective uid, the names
+// in a directory, how a path splits into parent and name. Thin calls over
+// the library's seam (posix/sys.hpp).
+#ifndef OFFLOAD_LOCK_SRC_POSIX_OS_HPP
+#define OFFLOAD_LOCK_SRC_POSIX_OS_HPP
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace offload_lock::cli::os {
+
+// The variable's value (possibly empty); nullopt when it is not set.
+std::optional<std::string> get_env(const std::string& name);
+std::int64_t parent_pid();
+std::uint32_t effective_uid();
+// Splits a path into its parent and its last component by the library's
+// own rule ("a/b/c": "a/b" and "c"; "c": "." and "c"; "/c": "/" and "c"),
+// so the command names the directory the lock lives in exactly as the lock
+// does.
+void split_path(const std::string& path, std::string& parent, std::string& name);
+// The names in the directory at `path` (without . and ..); nullopt when it
+// cannot be opened or read.
+std::optional<std::vector<std::string>> list_names(const std::string& path);
+
+}  // namespace offload_lock::cli::os
+
+#endif  // OFFLOAD_LOCK_SRC_POSIX_OS_HPP
