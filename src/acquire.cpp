@@ -4,7 +4,9 @@
 #include "acquire.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <optional>
 
 #include "claim.hpp"
 #include "inherit.hpp"
@@ -20,6 +22,19 @@
 namespace offload_lock::detail {
 
 namespace {
+
+// ENOSPC, EDQUOT, EMFILE, ENFILE, ENOMEM: the machine is short of something
+// that may come back.
+bool out_of_resources(const error& e) {
+  if (!e.is_system()) return false;
+  switch (static_cast<std::errc>(e.code().value())) {
+    case std::errc::no_space_on_device:
+    case std::errc::too_many_files_open:
+    case std::errc::too_many_files_open_in_system:
+    case std::errc::not_enough_memory: return true;
+    default: return e.code().value() == EDQUOT;
+  }
+}
 
 // The meta.json record of an acquisition, or bad_input / ESRCH.
 result<meta_record> record_for(const lock_options& opt) {
@@ -66,8 +81,15 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
     rec.started_at = sys::now_ms();
     const std::string bytes = serialize(rec);
     auto c = try_claim(t, bytes);
-    if (!c) return c.error();
-    if (c->taken) {
+    // Out of space or descriptors: that ends the wait only when the lock is
+    // free (then the claim itself failed, and the error names its file);
+    // while someone else holds it, wait as for any holder and try again
+    // when it frees.
+    std::optional<error> claim_failed;
+    if (!c) {
+      if (!out_of_resources(c.error())) return c.error();
+      claim_failed = c.error();
+    } else if (c->taken) {
       auto s = std::make_shared<held_state>();
       s->t = std::move(t);
       s->dir = std::move(c->dir);
@@ -85,11 +107,13 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
 
     auto d = inspect_target(t, ttl, grace, pv, &seen);
     if (!d) return d.error();
+    if (claim_failed && (!d->o.snap.present || d->v.not_a_lock)) return *claim_failed;
     if (!d->o.snap.present) {  // released in the meantime: try again at once
       churn.round_without_wait();
       continue;
     }
     if (!d->o.snap.is_dir) return not_a_lock_directory(path, d->o.snap);
+    if (d->v.not_a_lock) return not_a_lock_error(path, d->v);
     verdict v = d->v;
     if (v.stale) {
       const bool waited_out = contended_since >= 0 && contended_id == d->o.snap.id &&

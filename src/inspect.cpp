@@ -46,6 +46,18 @@ void set_stale(info& i, std::optional<std::string> why) {
 
 }  // namespace
 
+std::string missing_parent(const std::string& path) {
+  std::string parent, name;
+  sys::split_path(path, parent, name);
+  return "the parent directory " + parent + " of lock " + path + " does not exist";
+}
+
+error not_a_lock_error(const std::string& path, const verdict& v) {
+  return error(sys::errno_code(std::errc::file_exists),
+               "refusing to use " + path + " as the lock: it is " + v.reason +
+                   "; GPU_LOCK (or --lock) names the lock directory itself, e.g. " + path + "/gpu.lock");
+}
+
 result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace, const process_view& pv,
                                 watch_clock* seen) {
   auto o = observe(t);
@@ -66,9 +78,15 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
     return d;
   }
   d.v = judge(s, now, ttl, grace, pv);
+  if (d.v.not_a_lock) {
+    d.i.problem = not_a_lock_error(t.path, d.v).message();
+    return d;
+  }
   d.i.held = !d.v.stale;
   if (d.v.stale) set_stale(d.i, d.v.reason);
-  d.i.node_stale = node_is_stale(s, now, ttl, pv);
+  d.i.v1_stale_reason = node_stale_reason(s, now, ttl, pv);
+  d.i.node_stale = d.i.v1_stale_reason.has_value();
+  d.i.other_pid_namespace = s.meta_exists && s.meta.pid_ns && pv.pid_ns && *s.meta.pid_ns != *pv.pid_ns;
   d.i.go_held = go_inspect(s, now, ttl, pv).held;
   return d;
 }
@@ -82,8 +100,9 @@ info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {
   i.path = path;
   auto t = open_target(path);
   if (!t) {
-    // A missing parent means no lock; anything else is reported, not thrown.
-    if (t.error().code() != std::errc::no_such_file_or_directory) i.problem = t.error().message();
+    // Reported, not thrown: a missing parent too, which would otherwise read
+    // as a free GPU on a mistyped path.
+    i.problem = t.error().code() == std::errc::no_such_file_or_directory ? missing_parent(path) : t.error().message();
     return i;
   }
   auto d = inspect_target(*t, ttl.count(), grace.count(), process_view::real());

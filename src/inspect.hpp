@@ -18,6 +18,13 @@ struct detailed {
   observed o;  // what was seen, with the directory judged still open
 };
 
+// "the parent directory D of lock P does not exist".
+std::string missing_parent(const std::string& path);
+
+// The error for a directory at the lock path that is not a lock (see
+// not_made_by_mkdir): nothing is ever removed from it.
+error not_a_lock_error(const std::string& path, const verdict& v);
+
 // Observes and judges the lock. `seen`: the caller's watch clock across
 // looks (see watch_clock), updated here. Only a failure to look at all is
 // an error.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 
 #include "offload_lock/inspect.hpp"
 
@@ -16,6 +17,13 @@ namespace {
 // A JavaScript number that Node's process.kill() takes as a pid: an integer
 // in the int32 range (anything else makes it throw).
 bool js_int32(double p) { return std::isfinite(p) && std::floor(p) == p && p <= INT_MAX && p >= INT_MIN; }
+
+// A JSON number as JavaScript prints it, near enough for a message.
+std::string describe_number(double v) {
+  char buf[32];
+  (void)std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
 
 std::string dur(std::int64_t ms) { return describe_duration(milliseconds(ms)); }
 
@@ -29,14 +37,18 @@ bool node_alive(double pid, const process_view& pv) {
   return pv.probe(static_cast<std::int64_t>(pid)) != sys::liveness::dead;
 }
 
-// Why the recorded pid no longer names the holder (B6): dead, a zombie, under
-// another boot, or reused by a process started after the lock was taken.
-std::optional<std::string> pid_gone(const parsed_meta& m, std::int64_t pid, const process_view& pv) {
+// Why the recorded pid no longer names the holder (B6): dead, a zombie (when
+// `zombie_is_gone`), under another boot, or reused by a process started
+// after the lock was taken.
+std::optional<std::string> pid_gone(const parsed_meta& m, std::int64_t pid, const process_view& pv,
+                                    bool zombie_is_gone = true) {
   const std::string p = "holder pid " + std::to_string(pid);
   switch (pv.probe(pid)) {
     case sys::liveness::dead:
     case sys::liveness::invalid: return p + " is dead";
-    case sys::liveness::zombie: return p + " has exited (zombie)";
+    case sys::liveness::zombie:
+      if (zombie_is_gone) return p + " has exited (zombie)";
+      break;
     case sys::liveness::alive: break;
   }
   const bool same_boot = !m.boot_id.empty() && m.boot_id == pv.boot_id;
@@ -53,10 +65,30 @@ std::optional<std::string> pid_gone(const parsed_meta& m, std::int64_t pid, cons
 
 }  // namespace
 
+std::optional<std::string> node_stale_reason(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms,
+                                             const process_view& pv) {
+  if (!s.meta_exists) return std::string("meta.json is missing");
+  if (s.meta.node_null) return std::string("meta.json does not parse as a JSON object");
+  if (s.meta.js_pid && !node_alive(*s.meta.js_pid, pv))
+    return "kill(" + describe_number(*s.meta.js_pid) + ", 0) fails for them";
+  const std::int64_t age = now_ms - s.meta_mtime_ms;
+  if (age > ttl_ms) return "meta.json not refreshed for " + dur(age) + " (their TTL " + dur(ttl_ms) + ")";
+  return std::nullopt;
+}
+
 bool node_is_stale(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, const process_view& pv) {
-  if (!s.meta_exists || s.meta.node_null) return true;
-  if (s.meta.js_pid && !node_alive(*s.meta.js_pid, pv)) return true;
-  return now_ms - s.meta_mtime_ms > ttl_ms;
+  return node_stale_reason(s, now_ms, ttl_ms, pv).has_value();
+}
+
+std::optional<std::string> not_made_by_mkdir(const snapshot& s) {
+  char mode[8];
+  (void)std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(s.dir_mode & 07777));
+  const std::string shown = std::string("mode ") + mode;
+  if (s.dir_mode & 01000) return "a directory with the sticky bit (" + shown + "), which no lock has";
+  if (s.dir_mode & 04000) return "a directory with the setuid bit (" + shown + "), which no lock has";
+  if ((s.dir_mode & 02000) && !(s.parent_mode & 02000))
+    return "a setgid directory (" + shown + ") in a parent that is not setgid, which no lock is";
+  return std::nullopt;
 }
 
 bool recorded_process_alive(const recorded_process& r, const process_view& pv) {
@@ -115,10 +147,12 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
   // proof of life no other user can forge. It outlives the TTL and speaks
   // for a holder in another pid namespace; but a dead recorded pid of this
   // namespace still frees the lock, whatever its forked children hold, as v1
-  // judges it.
+  // judges it. A zombie does not: it is the CMD of an `offload-lock run`
+  // (the process with the proof) that is about to release and reap it, and
+  // every v1 participant still sees it alive.
   if (s.proof_of_life) {
     if (judge_pid)
-      if (auto gone = pid_gone(m, pid, pv)) {
+      if (auto gone = pid_gone(m, pid, pv, false)) {
         v.stale = true;
         v.reason = *gone;
         return v;
@@ -131,7 +165,14 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
   }
 
   // B3: a missing, unreadable or unparseable meta.json may be a Node runner
-  // between its mkdir and its write. Leave it alone for the grace period.
+  // between its mkdir and its write. Leave it alone for the grace period;
+  // unless no runner's mkdir could have made the directory.
+  if ((!s.meta_exists || m.node_null) && s.is_dir)
+    if (auto why = not_made_by_mkdir(s)) {
+      v.not_a_lock = true;
+      v.reason = *why;
+      return v;
+    }
   if (!s.meta_exists || m.node_null) {
     std::int64_t newest = std::max(s.dir_mtime_ms, s.meta_exists ? s.meta_mtime_ms : 0);
     std::string what = !s.meta_exists ? "meta.json is missing"

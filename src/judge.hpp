@@ -21,6 +21,8 @@ struct snapshot {
   bool is_symlink = false;   // a symbolic link, never followed
   std::int64_t dir_mtime_ms = 0;
   std::uint32_t owner_uid = 0;
+  std::uint32_t dir_mode = 0;     // the directory's permission bits with setuid, setgid, sticky
+  std::uint32_t parent_mode = 0;  // the same of its parent directory
   sys::file_id id;           // the directory judged
   bool meta_exists = false;  // meta.json could be opened and read
   std::int64_t meta_mtime_ms = 0;
@@ -64,7 +66,18 @@ struct verdict {
   // A file written, made or closed inside the directory is news: the meta
   // arriving, or a holder's death closing its meta.json.
   bool watch_contents = false;
+  // Not a lock at all: a directory no participant's mkdir makes (see
+  // made_by_a_participant). Never reclaimed; reason says why.
+  bool not_a_lock = false;
 };
+
+// Whether a directory without a complete meta.json can be an interrupted
+// claim (a runner that died between its mkdir and its write), which must be
+// reclaimed, rather than a directory a person made, which must never be
+// removed. mkdir(path, 0777) under any umask makes no setuid or sticky bit,
+// and a setgid bit only where the parent has one (the kernel copies it).
+// nullopt when it can be a claim; else why it cannot.
+std::optional<std::string> not_made_by_mkdir(const snapshot& s);
 
 // offload-lock's judgment: PROTOCOL A3 plus B3 (grace) and B6 (liveness).
 verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::int64_t grace_ms,
@@ -73,6 +86,9 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
 // The Node runners' isStale() (PROTOCOL A3), quirks included. Never used to
 // decide anything in offload-lock; reported by `status` and pinned by tests.
 bool node_is_stale(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, const process_view& pv);
+// The same, with why: nullopt when Node would call the lock held.
+std::optional<std::string> node_stale_reason(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms,
+                                             const process_view& pv);
 
 // The Go readers' Inspect() (PROTOCOL A5).
 struct go_view {

@@ -110,6 +110,8 @@ result<observed> observe(const target& t) {
   o.snap.id = st->id;
   o.snap.dir_mtime_ms = st->mtime_ms;
   o.snap.owner_uid = st->uid;
+  o.snap.dir_mode = st->mode;
+  if (auto pst = sys::stat_fd(t.parent.get(), "parent of " + t.path)) o.snap.parent_mode = pst->mode;
   if (!st->is_dir) return o;
   auto d = sys::open_dir(t.parent.get(), t.name, true, t.path);
   if (!d) {
@@ -122,6 +124,7 @@ result<observed> observe(const target& t) {
     o.snap.id = fst->id;
     o.snap.dir_mtime_ms = fst->mtime_ms;
     o.snap.owner_uid = fst->uid;
+    o.snap.dir_mode = fst->mode;
   }
   read_state(d->get(), t.path, o.snap);
   o.dir = std::move(*d);

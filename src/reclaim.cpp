@@ -9,12 +9,33 @@
 
 namespace offload_lock::detail {
 
+namespace {
+
+// overlayfs will not rename a directory of its lower layer (a stale lock
+// baked into a container image): EXDEV. Such a lock is removed where it is,
+// after the same identity check; what could then be removed by mistake is
+// at most an empty directory put there between the check and the rmdir,
+// since a lock offload-lock makes is never empty (B1) and rmdir removes only
+// empty ones. Tested on a real overlay mount (tests/cli/overlay_test.sh).
+result<removal> remove_in_place(const target& t, const sys::file_id& id, const char* op) {
+  auto d = sys::open_dir(t.parent.get(), t.name, true, t.path);
+  if (!d) return removal::changed;
+  auto st = sys::stat_fd(d->get(), t.path);
+  if (!st || st->id != id) return removal::changed;
+  d->reset();
+  if (auto e = remove_lock_dir_at(t.parent.get(), t.name, t.path, op)) return e;
+  return removal::removed;
+}
+
+}  // namespace
+
 result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op) {
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
   if (!st || st->id != id) return removal::changed;
   const std::string aside = aside_prefix(t) + unique_suffix();
   if (auto e = sys::rename_at(t.parent.get(), t.name, aside, t.path)) {
     if (e.code() == std::errc::no_such_file_or_directory) return removal::changed;
+    if (e.code() == std::errc::cross_device_link) return remove_in_place(t, id, op);
     return error(e.code(), failure);
   }
   sys::crash_point(op, "moved-aside");

@@ -35,7 +35,8 @@ using namespace detail;
 result<release_outcome> release_by(const std::string& path, const release_request& req, milliseconds ttl) {
   auto t = open_target(path);
   if (!t) {
-    if (t.error().code() == std::errc::no_such_file_or_directory) return release_outcome{};
+    if (t.error().code() == std::errc::no_such_file_or_directory)
+      return error(sys::errno_code(std::errc::no_such_file_or_directory), missing_parent(path));
     return t.error();
   }
   for (int attempt = 0;; ++attempt) {
@@ -46,6 +47,7 @@ result<release_outcome> release_by(const std::string& path, const release_reques
     const snapshot& s = d->o.snap;
     if (!s.present) return out;
     if (!s.is_dir) return not_a_lock_directory(path, s);
+    if (d->v.not_a_lock) return not_a_lock_error(path, d->v);
     const bool matches = req.force || (!req.token.empty() && req.token == d->i.token) ||
                          (req.pid > 0 && d->i.pid && *d->i.pid == req.pid);
     if (!matches) {

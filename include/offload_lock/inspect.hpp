@@ -46,6 +46,13 @@ struct info {
   // What the other participants conclude from the same bytes.
   bool node_stale = false;  // the Node runners' isStale() (PROTOCOL A3)
   bool go_held = false;     // the Go readers' Inspect().Held (PROTOCOL A5)
+  // Why the Node runners would call this lock stale (and may reclaim it at
+  // any moment), nullopt when they call it held (or it is absent).
+  std::optional<std::string> v1_stale_reason;
+  // The holder recorded a pid namespace other than this reader's: its pid
+  // means nothing here, and v1 runners and Go readers outside that
+  // namespace judge it by a stranger's pid (usually: dead).
+  bool other_pid_namespace = false;
   // Set when the lock could not be looked at (for example EACCES on its
   // parent); held is then false and the message names the path and errno.
   std::string problem;

@@ -11,6 +11,7 @@
 #include "cli/exit_codes.hpp"
 #include "cli/gpus.hpp"
 #include "cli/output.hpp"
+#include "posix/os.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
 
@@ -18,6 +19,7 @@ namespace ol = offload_lock;
 using namespace offload_lock::cli;
 
 int main(int argc, char** argv) {
+  os::open_missing_standard_fds();
   std::vector<std::string> argl(argv + 1, argv + argc);
   args a;
   if (auto e = parse(argl, a)) {

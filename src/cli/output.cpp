@@ -7,27 +7,9 @@
 
 namespace offload_lock::cli {
 
-std::string printable(const std::string& s) {
-  return escape_bytes(s, [](unsigned char c, std::string& out) {
-    if (!is_control(c)) return false;
-    if (c == '\n') out += "\\n";
-    else append_hex_escape(out, c);
-    return true;
-  });
-}
+std::string printable(const std::string& s) { return escape_text(s, shown_in::terminal); }
 
-std::string prom_quote(const std::string& v) {
-  return "\"" +
-         escape_bytes(v,
-                      [](unsigned char c, std::string& out) {
-                        if (c == '\\') out += "\\\\";
-                        else if (c == '"') out += "\\\"";
-                        else if (c == '\n') out += "\\n";
-                        else return false;
-                        return true;
-                      }) +
-         "\"";
-}
+std::string prom_quote(const std::string& v) { return "\"" + escape_text(v, shown_in::prometheus) + "\""; }
 
 void say(const std::string& line) { os::write_stderr("offload-lock: " + printable(line) + "\n"); }
 
@@ -43,7 +25,18 @@ std::string status_line(const info& i) {
   std::string owner;
   if (i.owner_uid && *i.owner_uid != os::effective_uid())
     owner = "; lock directory owned by uid " + std::to_string(*i.owner_uid);
-  if (i.held) return printable("held by " + who(i) + " for " + describe_duration(i.held_for) + owner);
+  if (i.held) {
+    std::string doubt;
+    // What the other participants would conclude, when it differs.
+    if (i.other_pid_namespace)
+      doubt += "; the holder runs in another pid namespace: v1 runners and Go readers outside it judge it by a "
+               "stranger's pid";
+    if (i.v1_stale_reason)
+      doubt += "; Node runners would judge it stale (" + *i.v1_stale_reason + ") and may reclaim it at any moment";
+    else if (!i.go_held)
+      doubt += "; Go readers see it free";
+    return printable("held by " + who(i) + " for " + describe_duration(i.held_for) + owner + doubt);
+  }
   if (!i.present) return "free";
   return printable("free (stale lock of " + who(i) + ": " + i.stale_reason.value_or("unknown") + owner + ")");
 }
@@ -61,6 +54,8 @@ ojson to_json(const info& i) {
   opt("token", i.token);
   j["stale"] = i.stale_reason ? ojson(*i.stale_reason) : ojson();
   j["ownerUid"] = i.owner_uid ? ojson(*i.owner_uid) : ojson();
+  j["v1Stale"] = i.held && i.v1_stale_reason ? ojson(*i.v1_stale_reason) : ojson();
+  j["otherPidNamespace"] = i.other_pid_namespace;
   return j;
 }
 

@@ -35,7 +35,8 @@ void report_waiting(lock_options& o, const args& a) {
     // A terminal: one line, rewritten in place every second.
     o.progress_every = std::chrono::seconds(1);
     o.on_progress = [width](const wait_progress& p) {
-      std::string line = "offload-lock: waiting " + describe_duration(p.waited) + " for " + holders_text(p.holders);
+      std::string line =
+          "offload-lock: waiting " + describe_duration(p.waited) + " for " + printable(holders_text(p.holders));
       if (static_cast<int>(line.size()) >= width) line.resize(static_cast<std::size_t>(std::max(1, width - 1)));
       os::write_stderr("\r\x1b[K" + line);
       g_waiting_line = true;

@@ -71,7 +71,8 @@ std::string render(const board& b, const args& a) {
     if (b.multi) out += "gpu" + std::to_string(slot_of(a, k)) + ": ";
     out += status_line(b.slots[k]) + "\n";
   }
-  for (const auto& w : b.waiters) out += waiter_line(w, b.multi) + "\n";
+  // A waiter's label and host are its own words: escaped like the holder's.
+  for (const auto& w : b.waiters) out += printable(waiter_line(w, b.multi)) + "\n";
   return out;
 }
 
@@ -204,7 +205,13 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
 int print_status(const args& a, const gpu_plan& gpus, const std::string& path) {
   board b = look(a, gpus, path);
   if (!b.problem.empty()) {
-    say(b.problem);
+    if (a.json && !a.prometheus) {
+      ojson j = board_json(b, a);
+      j["error"] = b.problem;
+      std::cout << dump(j) << "\n";
+    } else {
+      say(b.problem);
+    }
     return exit_system;
   }
   if (a.prometheus) {

@@ -1,6 +1,11 @@
 // The facts the offload-lock command reads from the system. See os.hpp.
 #include "posix/os.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <utility>
 
 #include "posix/sys.hpp"
@@ -25,6 +30,18 @@ std::optional<std::vector<std::string>> list_names(const std::string& path) {
   auto names = sys::list_dir(d->get(), path);
   if (!names) return std::nullopt;
   return std::move(*names);
+}
+
+void open_missing_standard_fds() {
+  for (int f = 0; f <= 2; ++f) {
+    if (::fcntl(f, F_GETFD) != -1 || errno != EBADF) continue;
+    // open() returns the lowest free descriptor: this one.
+    const int got = ::open("/dev/null", f == 0 ? O_RDONLY : O_WRONLY);
+    if (got >= 0 && got != f) {
+      ::dup2(got, f);
+      ::close(got);
+    }
+  }
 }
 
 }  // namespace offload_lock::cli::os

@@ -24,6 +24,11 @@ void split_path(const std::string& path, std::string& parent, std::string& name)
 // The names in the directory at `path` (without . and ..); nullopt when it
 // cannot be opened or read.
 std::optional<std::vector<std::string>> list_names(const std::string& path);
+// Opens /dev/null on each of descriptors 0, 1 and 2 that is closed, so that
+// no descriptor the command opens later becomes standard input or output by
+// accident (`offload-lock hold <&-` would read its own pipe). First thing in
+// main().
+void open_missing_standard_fds();
 
 }  // namespace offload_lock::cli::os
 

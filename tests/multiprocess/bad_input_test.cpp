@@ -303,9 +303,25 @@ TEST_CASE("a missing parent, and control characters in paths and labels, stay on
   CHECK(r.code == 4);
   one_line_error(r);
   CHECK_THAT(r.err, Catch::Contains("no\\nsuch") && Catch::Contains("No such file"));
-  CHECK(run_cli({"--lock", missing, "status"}).code == 1);          // no lock there: free
-  CHECK(run_cli({"--lock", missing, "wait-free", "--wait", "0"}).code == 0);
-  CHECK(run_cli({"--lock", missing, "release"}).code == 0);          // already free
+  // A missing parent is an error for every command, never a free GPU: a
+  // `wait-free && send-work` gate must not pass on a typo.
+  const std::string parent = (d.path / "no\nsuch").string();
+  for (const std::vector<std::string>& cmd :
+       {std::vector<std::string>{"status"}, {"wait-free", "--wait", "0"}, {"release"}, {"--json", "status"}}) {
+    std::vector<std::string> args = {"--lock", missing};
+    args.insert(args.end(), cmd.begin(), cmd.end());
+    auto m = run_cli(args);
+    INFO(cmd[0]);
+    CHECK(m.code == 4);
+    if (cmd[0] == "--json") {
+      auto j = nlohmann::json::parse(m.out);
+      CHECK(j["held"] == false);
+      CHECK_THAT(j["error"].get<std::string>(), Catch::Contains(parent) && Catch::Contains("does not exist"));
+    } else {
+      one_line_error(m);
+      CHECK_THAT(m.err, Catch::Contains("no\\nsuch") && Catch::Contains("does not exist"));
+    }
+  }
 
   // Someone's label with a newline and a terminal escape sequence.
   boost::process::child sleeper("/bin/sleep", "60");

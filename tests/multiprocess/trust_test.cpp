@@ -10,9 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/process.hpp>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "offload_lock/offload_lock.hpp"
 #include "support.hpp"
@@ -201,4 +203,134 @@ TEST_CASE("the recorded holder's death frees the lock whatever its forked childr
   ::kill(grandchild, SIGKILL);
   CHECK(r.code == 0);
   CHECK(took < 2000);
+}
+
+TEST_CASE("text from meta.json and the waiter registry is escaped at every output", "[multiprocess][trust][cli]") {
+  temp_dir d;
+  boost::process::child sleeper("/bin/sleep", "60");
+  // A holder's label with ESC, BEL, CR, NUL, a right-to-left override and a
+  // literal backslash-n; a host with bytes that are not UTF-8.
+  make_lock(d.lock(), "{\"pid\":" + std::to_string(sleeper.id()) + ",\"startedAt\":" + std::to_string(now_ms()) +
+                          ",\"label\":\"a\\u001b]0;pwned\\u0007b\\rc\\u0000d\\u202ee\\\\nf\",\"host\":\"h\xff\xfe\"}");
+  // A waiter's entry, as anyone who can write the lock's parent could plant
+  // it: a real newline that fakes a status line, an OSC 52 clipboard write.
+  fs::create_directory(d.path / ".gpu.lock.waiters");
+  write_file(d.path / ".gpu.lock.waiters" / (std::to_string(::getpid()) + "-0123456789ab.json"),
+             "{\"pid\":" + std::to_string(::getpid()) +
+                 ",\"label\":\"w\\nheld by root (pid 1)\\u001b]52;c;ZXZpbA==\\u0007\\u2066x\",\"since\":" +
+                 std::to_string(now_ms()) + "}");
+  auto text = run_cli(with_lock(d, {"status"}));
+  CHECK(text.code == 0);
+  CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 2);  // the holder's line and the waiter's
+  for (char c : text.out) CHECK((static_cast<unsigned char>(c) >= 0x20 || c == '\n'));
+  CHECK(text.out.find("\xe2\x80\xae") == std::string::npos);  // U+202E itself
+  CHECK(text.out.find("\xe2\x81\xa6") == std::string::npos);  // U+2066 itself
+  CHECK_THAT(text.out, Catch::Contains("a\\x1b]0;pwned\\x07b\\x0dc\\x00d\\u202ee\\\\nf") &&
+                           Catch::Contains("w\\nheld by root (pid 1)\\x1b]52;c;ZXZpbA==\\x07\\u2066x") &&
+                           Catch::Contains("host h\xef\xbf\xbd\xef\xbf\xbd)"));
+
+  auto prom = run_cli(with_lock(d, {"status", "--prometheus"}));
+  CHECK(prom.code == 0);
+  for (char c : prom.out) CHECK((static_cast<unsigned char>(c) >= 0x20 || c == '\n'));
+  CHECK(prom.out.find("\xe2\x80\xae") == std::string::npos);
+  CHECK_THAT(prom.out, Catch::Contains("label=\"a\\\\x1b]0;pwned\\\\x07b\\\\x0dc\\\\x00d\\\\u202ee\\\\nf\""));
+
+  auto js = run_cli(with_lock(d, {"--json", "status"}));
+  CHECK(js.code == 0);
+  auto j = nlohmann::json::parse(js.out);  // valid JSON, whatever the bytes were
+  CHECK(j["label"].get<std::string>().find('\x1b') != std::string::npos);  // JSON escapes it; the value is intact
+  sleeper.terminate();
+  sleeper.wait();
+}
+
+TEST_CASE("hold with standard input closed releases at once, as at end of input", "[multiprocess][trust][cli]") {
+  temp_dir d;
+  boost::process::ipstream out;
+  boost::process::child sh("/bin/sh", "-c", "exec \"$0\" --lock \"$1\" hold <&-", cli_exe(), d.lock(),
+                           boost::process::std_out > out);
+  std::string first;
+  std::getline(out, first);
+  CHECK(first.rfind("acquired ", 0) == 0);
+  REQUIRE(eventually([&] { return !sh.running(); }));
+  sh.wait();
+  CHECK(sh.exit_code() == 0);
+  CHECK_FALSE(fs::exists(d.lock()));
+}
+
+TEST_CASE("a directory a person made is never taken for a lock, nor removed", "[multiprocess][trust][cli]") {
+  temp_dir d;
+  const fs::path dir = d.path / "gpu-lock";  // `install -d -m 2770`, and GPU_LOCK set to it
+  fs::create_directory(dir);
+  ::chmod(dir.c_str(), 02770);
+  set_mtime(dir, now_ms() - 60'000);  // long past the grace
+  for (const std::vector<std::string>& cmd : {std::vector<std::string>{"run", "--wait", "3", "--", "true"},
+                                              {"status"}, {"acquire", "--wait", "0"}, {"release", "--force"}}) {
+    auto r = run_cli(cmd, {{"GPU_LOCK", dir.string()}});
+    INFO(cmd[0]);
+    CHECK(r.code == 4);
+    CHECK_THAT(r.err, Catch::Contains("GPU_LOCK") && Catch::Contains((dir / "gpu.lock").string()) &&
+                          Catch::Contains("setgid"));
+  }
+  struct stat st {};
+  REQUIRE(::stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 02770);
+  // A sticky directory likewise; an interrupted claim (a plain empty
+  // directory, its runner gone) is still reclaimed after the grace.
+  ::chmod(dir.c_str(), 01777);
+  CHECK(run_cli({"--lock", dir.string(), "run", "--wait", "3", "--", "true"}).code == 4);
+  ::chmod(dir.c_str(), 0755);
+  CHECK(run_cli({"--lock", dir.string(), "run", "--wait", "5", "--", "true"}).code == 0);
+  CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("status shows when v1 participants would judge a live holder stale", "[multiprocess][trust][cli]") {
+  temp_dir d;
+  child holder(self_exe(), {"--child", "hold", d.lock(), "-1"});
+  REQUIRE(holder.read_line().value_or("").rfind("acquired ", 0) == 0);
+  auto before = nlohmann::json::parse(run_cli(with_lock(d, {"--json", "status"})).out);
+  CHECK(before["v1Stale"].is_null());
+  // A stalled heartbeat, as v1 sees it: meta.json two hours old.
+  set_mtime(fs::path(d.lock()) / "meta.json", now_ms() - 2 * 3'600'000);
+  auto r = run_cli(with_lock(d, {"--json", "status"}));
+  CHECK(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["held"] == true);
+  CHECK_THAT(j["v1Stale"].get<std::string>(), Catch::Contains("not refreshed"));
+  auto text = run_cli(with_lock(d, {"status"}));
+  CHECK_THAT(text.out, Catch::Contains("Node runners would judge it stale") && Catch::Contains("may reclaim it"));
+  holder.close_stdin();
+  holder.wait();
+}
+
+TEST_CASE("a holder in another pid namespace: judged by its proof of life, its death noticed at once",
+          "[multiprocess][trust][namespaces]") {
+  if (!running_as_root()) {
+    WARN("needs root for unshare --pid; not run");
+    return;
+  }
+  for (bool own_proc : {false, true}) {
+    INFO((own_proc ? "with its own /proc" : "with the parent's /proc"));
+    temp_dir d;
+    std::vector<std::string> args = {"--pid", "--fork", "--kill-child"};
+    if (own_proc) args.push_back("--mount-proc");
+    for (const auto& a : std::vector<std::string>{cli_exe(), "--lock", d.lock(), "hold", "--label", "in-a-container"})
+      args.push_back(a);
+    child holder("/usr/bin/unshare", args);
+    REQUIRE(holder.read_line().value_or("").rfind("acquired ", 0) == 0);
+    auto j = nlohmann::json::parse(read_file(fs::path(d.lock()) / "meta.json"));
+    CHECK(j["pid"] == 1);  // its own namespace's pid
+    REQUIRE(j.contains("pidNs"));
+    auto st = run_cli(with_lock(d, {"status"}));
+    CHECK(st.code == 0);
+    CHECK_THAT(st.out, Catch::Contains("in-a-container") && Catch::Contains("another pid namespace"));
+    // A waiter that is already waiting when the holder dies.
+    child waiter(cli_exe(), {"--lock", d.lock(), "run", "--wait", "30", "--", "echo", "took it"});
+    REQUIRE(eventually([&] { return !ol::waiters(d.lock()).empty(); }));
+    holder.kill(SIGKILL);  // unshare, and with it (--kill-child) the holder
+    long long took = time_ms([&] { CHECK(waiter.read_line(20s).value_or("") == "took it"); });
+    CHECK(waiter.wait() == 0);
+    CHECK(took < 2000);
+    WARN("a namespaced holder's death was noticed by a waiting process in " << took << " ms");
+    holder.wait();
+  }
 }

@@ -107,6 +107,9 @@ TEST_CASE("staleness: offload-lock, Node and Go, row by row", "[unit][judge]") {
       // children (which share the locked descriptor) still do: as v1 judges it.
       {"dead pid although the write lock is still held", snap(node_meta("200"), 1000, 10'000, true), true, "dead",
        true, false, 0},
+      // ... while a zombie is the CMD of a `run` about to release and reap it.
+      {"zombie pid with the write lock held", snap(node_meta("300"), 1000, 10'000, true), false, "live", false, true,
+       300},
       // pid namespaces: a pid recorded in another namespace is never judged by
       // its number here (200 is dead here, 100 alive: neither says anything).
       {"another pid namespace, with its proof of life",
