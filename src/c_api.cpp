@@ -38,6 +38,9 @@ namespace {
 
 namespace ol = offload_lock;
 
+// The errno behind this thread's last OFFLOAD_LOCK_ERROR (0: none).
+thread_local int g_last_errno = 0;
+
 void copy_out(char* dst, std::size_t cap, const std::string& src) {
   if (!dst || cap == 0) return;
   std::size_t n = std::min(cap - 1, src.size());
@@ -105,8 +108,10 @@ int acquire(ol::lock_options o, std::shared_ptr<lost_relay> relay, offload_lock_
       if (relay->active && relay->fn) relay->fn(e.message().c_str(), relay->user);
     };
   auto l = ol::lock::acquire(o);
+  g_last_errno = 0;
   if (!l) {
     const auto& e = l.err();
+    if (e.is_system()) g_last_errno = e.code().value();
     if (e == ol::errc::busy || e == ol::errc::timed_out) {
       copy_out(message, message_len, contention_message(e, o));
       return e == ol::errc::busy ? OFFLOAD_LOCK_BUSY : OFFLOAD_LOCK_TIMED_OUT;
@@ -315,5 +320,13 @@ extern "C" int offload_lock_waiters(const char* path, offload_lock_waiter* out, 
     return OFFLOAD_LOCK_ERROR;
   }
 }
+
+extern "C" size_t offload_lock_describe_duration(int64_t ms, char* buf, size_t len) {
+  std::string d = ol::describe_duration(ol::milliseconds(ms));
+  if (buf && len > d.size()) copy_out(buf, len, d);
+  return d.size();
+}
+
+extern "C" int offload_lock_last_errno(void) { return g_last_errno; }
 
 extern "C" const char* offload_lock_version(void) { return ol::version(); }

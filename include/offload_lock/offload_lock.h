@@ -191,6 +191,16 @@ typedef struct offload_lock_waiter {
    OFFLOAD_LOCK_INVALID for a NULL count. */
 int offload_lock_waiters(const char* path, offload_lock_waiter* out, size_t cap, size_t* count);
 
+/* A duration as the command shows it ("850ms", "42s", "5m12s", "2h03m"),
+   written to `buf` when it is large enough; returns the bytes needed
+   without the NUL. */
+size_t offload_lock_describe_duration(int64_t ms, char* buf, size_t len);
+
+/* The errno behind the last OFFLOAD_LOCK_ERROR that offload_lock_acquire or
+   offload_lock_acquire_ex returned on the calling thread (EACCES, ENOENT
+   ...); 0 when that failure was not a system error, or after a success. */
+int offload_lock_last_errno(void);
+
 /* The library version ("0.1.0"), as written into meta.json's "tool". */
 const char* offload_lock_version(void);
 

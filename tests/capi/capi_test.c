@@ -5,6 +5,7 @@
    environment and pass-through. Exits non-zero after the checks when any
    failed, naming each. */
 #include <offload_lock/offload_lock.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -319,6 +320,9 @@ static void test_full_acquisition(const char* dir) {
   bad.path = path;
   bad.gpus = 0;
   CHECK(offload_lock_acquire_ex(&bad, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID);
+  CHECK(offload_lock_last_errno() == 0);
+  char d[32];
+  CHECK(offload_lock_describe_duration(312000, d, sizeof d) == 5 && strcmp(d, "5m12s") == 0);
   CHECK(strlen(offload_lock_version()) > 0);
 }
 
@@ -365,6 +369,7 @@ int main(int argc, char** argv) {
   CHECK(offload_lock_acquire(missing, 0, NULL, &h, message, sizeof message) == OFFLOAD_LOCK_ERROR);
   CHECK(h == NULL);
   CHECK(strstr(message, "no/such/dir") != NULL);
+  CHECK(offload_lock_last_errno() == ENOENT);
   CHECK(offload_lock_acquire(path, 0, NULL, NULL, message, sizeof message) == OFFLOAD_LOCK_INVALID);
   CHECK(offload_lock_release(NULL) == OFFLOAD_LOCK_INVALID);
 
