@@ -124,3 +124,12 @@ def _no_inherited_lock(monkeypatch: Any) -> None:
     # A test run started under `offload-lock run` must not pass its lock down.
     monkeypatch.delenv("OFFLOAD_LOCK_PATH", raising=False)
     monkeypatch.delenv("OFFLOAD_LOCK_TOKEN", raising=False)
+
+# The sample suite is run by test_pytest_plugin.py in its own pytest.
+collect_ignore = ["xdist_sample"]
+
+
+def pytest_report_header(config: Any) -> str:
+    import offload_lock
+
+    return f"offload_lock: {offload_lock.__file__}, library {offload_lock.library_path}"
