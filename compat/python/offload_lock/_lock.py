@@ -462,11 +462,14 @@ _env_mu = threading.Lock()
 
 
 def _export_env(h: Handle) -> None:
-    env = h.child_environment()
+    # What the library's child_environment() gives for a lock held here:
+    # the directory held and its token.
+    env = {"OFFLOAD_LOCK_PATH": h.path, "OFFLOAD_LOCK_TOKEN": h.token}
     with _env_mu:
-        h._env_saved = {k: os.environ.get(k) for k in _ENV_KEYS}
-        h._env_set = {k: env.get(k, "") for k in _ENV_KEYS}
-        os.environ.update(h._env_set)
+        environ = os.environ
+        h._env_saved = {k: environ.get(k) for k in _ENV_KEYS}
+        h._env_set = env
+        environ.update(env)
 
 
 def _restore_env(h: Handle) -> None:
@@ -474,7 +477,8 @@ def _restore_env(h: Handle) -> None:
         if h._env_set is None or h._env_saved is None:
             return
         # Only when nothing else has been exported since (another lock).
-        if all(os.environ.get(k) == v for k, v in h._env_set.items()):
+        environ = os.environ
+        if environ.get("OFFLOAD_LOCK_TOKEN") == h.token and environ.get("OFFLOAD_LOCK_PATH") == h.path:
             for k, old in h._env_saved.items():
                 if old is None:
                     os.environ.pop(k, None)
@@ -494,8 +498,13 @@ _held: "contextvars.ContextVar[Mapping[str, Handle]]" = contextvars.ContextVar("
 _parent_held: Dict[str, Handle] = {}
 
 
+# Counts forks, so gates cached before a fork are not used after it.
+_fork_generation = [0]
+
+
 def _after_fork_in_child() -> None:
     global _gates_mu, _env_mu
+    _fork_generation[0] += 1
     _gates_mu = threading.Lock()
     _env_mu = threading.Lock()
     _gates.clear()
@@ -653,6 +662,8 @@ class Lock:
         self.quiet = quiet
         self.on_lost = on_lost
         self.on_progress = on_progress
+        self._gate_cache: Optional[tuple] = None
+        self._quick_options: Optional[tuple] = None
         self._entered: "contextvars.ContextVar[tuple]" = contextvars.ContextVar(f"offload_lock_entered_{id(self)}", default=())
 
     def __repr__(self) -> str:
@@ -747,13 +758,25 @@ class Lock:
 
     def _call(self, base: str, wait_ms: int, cancel_fd: int, progress: bool) -> Handle:
         """One call of the C acquisition on the calling thread."""
-        keep: list = []
-        o = self._options(base, wait_ms, cancel_fd, keep)
-        line = self._progress(o, keep) if progress else None
         h = Handle()
-        self._lost(o, h)
+        quick = wait_ms == 0 and cancel_fd < 0 and not progress and self.on_lost is None
+        cached = self._quick_options
+        if quick and cached is not None and cached[0] == base:
+            o = cached[1]
+            line = None
+        else:
+            keep: list = []
+            o = self._options(base, wait_ms, cancel_fd, keep)
+            line = self._progress(o, keep) if progress else None
+            self._lost(o, h)
+            if quick:
+                # Reused by later quick attempts (the fast path of every
+                # uncontended `with`): the struct and the bytes it points to.
+                self._quick_options = (base, o, keep)
         out = ctypes.c_void_p()
-        msg = ctypes.create_string_buffer(2048)
+        msg = getattr(_thread_owned, "msg", None)
+        if msg is None:
+            msg = _thread_owned.msg = ctypes.create_string_buffer(2048)
         try:
             rc = N.acquire_ex(ctypes.byref(o), ctypes.byref(out), msg, len(msg))
             err = N.last_errno()
@@ -813,7 +836,12 @@ class Lock:
         try:
             if not self._any_slot():
                 slot_key = _canonical(_gpu_slot_path(base, self.gpu or 0))
-                gate = _gate_for(slot_key)
+                cached = self._gate_cache
+                if cached is not None and cached[0] == slot_key and cached[2] == _fork_generation[0]:
+                    gate = cached[1]
+                else:
+                    gate = _gate_for(slot_key)
+                    self._gate_cache = (slot_key, gate, _fork_generation[0])
                 if not gate.try_claim(placeholder):
                     if wait == 0:
                         raise Busy(f"busy: {slot_key} is {_state_text(_inspect_one(slot_key, self.ttl_ms))}", base)

@@ -5,7 +5,9 @@ Where the library comes from, first match wins:
 1. the file named by the environment variable ``OFFLOAD_LOCK_LIBRARY``;
 2. ``liboffload_lock.so`` next to this file (the wheel bundles the one it was
    built with);
-3. the system loader: ``liboffload_lock.so.0``, as ``cmake --install``
+3. in a source checkout (compat/python/offload_lock), the build tree's
+   ``build/liboffload_lock.so`` (``$BUILD_DIR`` if set);
+4. the system loader: ``liboffload_lock.so.0``, as ``cmake --install``
    puts it in a library directory.
 """
 
@@ -103,6 +105,12 @@ def _candidates() -> list:
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "liboffload_lock.so")
     if os.path.exists(here):
         found.append(here)
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(pkg)))
+    if os.path.isfile(os.path.join(root, "include", "offload_lock", "offload_lock.h")):
+        tree = os.path.join(os.environ.get("BUILD_DIR") or os.path.join(root, "build"), "liboffload_lock.so")
+        if os.path.exists(tree):
+            found.append(tree)
     found.append("liboffload_lock.so.0")
     return found
 
