@@ -236,12 +236,13 @@ class _Gate:
     """
 
     def __init__(self) -> None:
-        self.cond = threading.Condition(threading.Lock())
+        self.mu = threading.Lock()
+        self.cond = threading.Condition(self.mu)
         self.owner: Optional[object] = None
         self.queue: collections.deque = collections.deque()
 
     def try_claim(self, who: object) -> bool:
-        with self.cond:
+        with self.mu:
             if self.owner is None and not self.queue:
                 self.owner = who
                 return True
@@ -271,16 +272,12 @@ class _Gate:
                 self.queue.remove(ticket)
                 self.cond.notify_all()
 
-    def hand_over(self, old: object, new: object) -> None:
-        with self.cond:
-            if self.owner is old:
-                self.owner = new
-
     def release(self, who: object) -> None:
-        with self.cond:
+        with self.mu:
             if self.owner is who:
                 self.owner = None
-                self.cond.notify_all()
+                if self.queue:
+                    self.cond.notify_all()
 
 
 _gates_mu = threading.Lock()
@@ -327,6 +324,11 @@ class Handle:
     the first call releases.
     """
 
+    __slots__ = (
+        "path", "token", "gpu", "nested", "inherited", "_h", "_pid", "_outer", "_state", "_mu", "_lost_cb",
+        "_env_saved", "_env_set", "_gate", "_gate_owner", "_owned_set", "_owned_key", "_key", "__weakref__",
+    )
+
     def __init__(self) -> None:
         self.path = ""
         self.token = ""
@@ -342,6 +344,7 @@ class Handle:
         self._env_saved: Optional[Dict[str, Optional[str]]] = None
         self._env_set: Optional[Dict[str, str]] = None
         self._gate: Optional[_Gate] = None
+        self._gate_owner: Optional[object] = None
         self._owned_set: Optional[set] = None
         self._owned_key: Optional[str] = None
         self._key = ""
@@ -393,7 +396,7 @@ class Handle:
             h, self._h = self._h, None
             rc = N.release(h)
             if self._gate is not None:
-                self._gate.release(self)
+                self._gate.release(self._gate_owner)
             if rc == N.OK:
                 return True
             if rc == N.LOST:
@@ -884,12 +887,13 @@ class Lock:
             raise
         h._key = key
         if gate is not None:
-            gate.hand_over(placeholder, h)
             h._gate = gate
+            h._gate_owner = placeholder
         elif not h.inherited:
             g = _gate_for(_canonical(h.path))
-            if g.try_claim(h):
+            if g.try_claim(placeholder):
                 h._gate = g
+                h._gate_owner = placeholder
         if not h.inherited:
             _live.add(h)
             _export_env(h)
