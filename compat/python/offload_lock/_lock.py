@@ -21,6 +21,7 @@ import functools
 import inspect as _inspect
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -389,12 +390,15 @@ class Handle:
                 # Never release the parent's lock from a forked child.
                 self._h = None
                 return True
+            h, self._h = self._h, None
+            rc = N.release(h)
+            # Bookkeeping after the release itself: the shorter the hold
+            # around an empty block, the less the library's heartbeat thread
+            # has to do for it.
             _restore_env(self)
             _live.discard(self)
             if self._owned_set is not None:
                 self._owned_set.discard(self._owned_key)
-            h, self._h = self._h, None
-            rc = N.release(h)
             if self._gate is not None:
                 self._gate.release(self._gate_owner)
             if rc == N.OK:
@@ -614,6 +618,46 @@ def _detect_gpus() -> int:
     return 1
 
 
+_main_pipe: Optional[tuple] = None
+
+
+def _main_cancel_pipe() -> tuple:
+    """The main thread's cancel pipe (non-blocking, as set_wakeup_fd wants);
+    one per process."""
+    global _main_pipe
+    if _main_pipe is None or _main_pipe[2] != os.getpid():
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        _main_pipe = (r, w, os.getpid())
+    return _main_pipe[0], _main_pipe[1]
+
+
+def _drain(fd: int) -> bytes:
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 512)
+        except (BlockingIOError, InterruptedError):
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _forward(data: bytes, fd: int) -> None:
+    # The signal numbers belong to whoever had the wakeup descriptor before
+    # (asyncio's loop reads them to run its signal handlers).
+    if data and fd >= 0:
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
+
+
+def _run_signal_handlers() -> None:
+    """Entering a Python function runs the handlers of signals that are
+    pending (KeyboardInterrupt is raised from here)."""
+
+
 class Lock:
     """The machine-wide GPU lock with its options, not yet taken.
 
@@ -783,6 +827,13 @@ class Lock:
         try:
             rc = N.acquire_ex(ctypes.byref(o), ctypes.byref(out), msg, len(msg))
             err = N.last_errno()
+        except BaseException:
+            # KeyboardInterrupt can land as the call returns, with the lock
+            # just taken: give it back rather than leave it held for the
+            # life of the process.
+            if out.value:
+                N.release(out.value)
+            raise
         finally:
             if line is not None:
                 line.end()
@@ -794,6 +845,36 @@ class Lock:
         h.gpu = N.gpu(out.value)
         h.inherited = bool(N.inherited(out.value))
         return h
+
+    def _wait_main(self, base: str, deadline: Optional[float]) -> Handle:
+        """The library's wait on the main thread itself, with Python's signal
+        wakeup descriptor pointed at the cancel pipe for the wait: a signal
+        that has a Python handler (SIGINT's raises KeyboardInterrupt) ends
+        the library's wait at once, its handler runs, and a handler that
+        does not raise lets the wait go on. No thread to start, and no
+        handoff between threads once the lock is taken."""
+        r, w = _main_cancel_pipe()
+        _drain(r)
+        try:
+            old = signal.set_wakeup_fd(w)
+        except ValueError:  # not the main interpreter: a helper thread then
+            attempt = _Attempt()
+            try:
+                left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+                return self._on_helper(base, left, attempt, True)
+            finally:
+                attempt.close()
+        try:
+            while True:
+                _run_signal_handlers()  # one that came before the descriptor was ours
+                left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+                try:
+                    return self._call(base, left, r, True)
+                except _Cancelled:
+                    _forward(_drain(r), old)
+        finally:
+            signal.set_wakeup_fd(old)
+            _forward(_drain(r), old)
 
     def _on_helper(self, base: str, wait_ms: int, attempt: _Attempt, wait_here: bool) -> Handle:
         """The C wait on a helper thread, which the attempt's pipe ends. With
@@ -858,7 +939,8 @@ class Lock:
             owned = _owned_here()
             here_ok = not (self._any_slot() and any(k.startswith(key) for k in owned))
             h: Optional[Handle] = None
-            if here_ok and not in_helper:
+            on_this_thread = here_ok and not in_helper
+            if on_this_thread:
                 try:
                     h = self._call(base, 0, -1, False)
                 except Busy:
@@ -870,6 +952,11 @@ class Lock:
                     if attempt is None:
                         attempt = attempt_factory()
                     h = self._call(base, left, attempt.r, True)
+                elif on_this_thread and threading.current_thread() is threading.main_thread():
+                    h = self._wait_main(base, deadline)
+                elif on_this_thread:
+                    # No signal reaches this thread; nothing to cancel it with.
+                    h = self._call(base, left, -1, True)
                 else:
                     attempt = attempt_factory()
                     try:
@@ -877,7 +964,7 @@ class Lock:
                     finally:
                         attempt.close()
                         attempt = None
-            else:
+            if on_this_thread:
                 owned.add(_canonical(h.path))
                 h._owned_set = owned
                 h._owned_key = _canonical(h.path)
