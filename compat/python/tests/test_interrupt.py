@@ -201,3 +201,61 @@ def test_asyncio_timeout_and_busy(lock_path):
         asyncio.run(main())
     finally:
         holder.stop()
+
+
+SIGNALLED_WAITER = r"""
+import signal, sys, offload_lock
+seen = []
+signal.signal(signal.SIGUSR1, lambda *a: seen.append(1))
+print("waiting", flush=True)
+with offload_lock.lock(sys.argv[1], wait=30, label="usr1-waiter") as h:
+    print("acquired", len(seen), flush=True)
+"""
+
+
+def test_a_signal_whose_handler_returns_does_not_end_the_wait(lock_path):
+    holder = cli_holder(lock_path)
+    p = subprocess.Popen([sys.executable, "-c", SIGNALLED_WAITER, lock_path], stdout=subprocess.PIPE, text=True,
+                         env=py_env())
+    try:
+        assert p.stdout.readline().strip() == "waiting"
+        wait_until(lambda: [w for w in offload_lock.waiters(lock_path) if w["pid"] == p.pid], what="the waiter entry")
+        for _ in range(3):
+            os.kill(p.pid, signal.SIGUSR1)
+            time.sleep(0.05)
+        assert p.poll() is None  # still waiting
+        holder.stop()
+        out, _ = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert out.split() == ["acquired", "3"]
+
+
+def test_asyncio_signal_handlers_still_run_after_a_blocking_wait(lock_path):
+    # A blocking acquire inside a running loop borrows the signal wakeup
+    # descriptor; the loop's own signal handlers must still fire.
+    code = r"""
+import asyncio, os, signal, sys, threading, time, offload_lock
+async def main():
+    loop = asyncio.get_running_loop()
+    got = asyncio.Event()
+    loop.add_signal_handler(signal.SIGUSR1, got.set)
+    def poke():
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGUSR1)
+    threading.Thread(target=poke).start()
+    try:
+        offload_lock.lock(sys.argv[1], wait=0.8).acquire()   # blocks the loop; SIGUSR1 arrives meanwhile
+    except offload_lock.Timeout:
+        pass
+    await asyncio.wait_for(got.wait(), 5)
+    print("handled")
+asyncio.run(main())
+"""
+    holder = cli_holder(lock_path)
+    try:
+        r = subprocess.run([sys.executable, "-c", code, lock_path], capture_output=True, text=True, timeout=30, env=py_env())
+    finally:
+        holder.stop()
+    assert r.returncode == 0 and r.stdout.strip() == "handled", r.stderr
