@@ -249,7 +249,8 @@ extern "C" size_t offload_lock_child_environment(const offload_lock_handle* hand
     block += name + "=" + value;
     block.push_back('\0');
   }
-  if (buf && len >= block.size()) std::memcpy(buf, block.data(), block.size());
+  // Each entry already ends with its NUL; the block is copied as it is.
+  if (buf && len >= block.size()) std::copy(block.begin(), block.end(), buf);
   return block.size();
 }
 
