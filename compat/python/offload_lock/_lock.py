@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from datetime import timedelta
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar, Union, cast
+from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar, Union, cast
 
 from . import _native as N
 

@@ -9,12 +9,11 @@ import concurrent.futures
 import multiprocessing
 import os
 import subprocess
-import sys
 
 import pytest
 
 import offload_lock
-from conftest import CLI, py_env, run_py
+from conftest import CLI, run_py
 
 
 def child_takes(path):
@@ -54,7 +53,7 @@ def test_a_child_of_another_lock_does_not_pass_through(lock_path, tmp_path):
         with offload_lock.lock(lock_path):
             pass
         holder_env = dict(os.environ)
-    with offload_lock.lock(lock_path) as h:
+    with offload_lock.lock(lock_path):
         env = dict(holder_env)  # names other.lock's token
         r = run_py(CHILD, lock_path, env=env)
         assert r.returncode != 0 and "Busy" in r.stderr

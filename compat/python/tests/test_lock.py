@@ -125,7 +125,7 @@ def test_threads_of_one_process_take_turns(lock_path):
 
 def test_another_thread_times_out_on_this_process_holder(lock_path):
     box = {}
-    with offload_lock.lock(lock_path, label="main") as h:
+    with offload_lock.lock(lock_path, label="main"):
         def other():
             try:
                 offload_lock.lock(lock_path, wait=0.2).acquire()
@@ -155,7 +155,7 @@ def test_waits_for_another_process_and_takes_over_on_release(lock_path, kind):
     box = {}
 
     def waiter():
-        with offload_lock.lock(lock_path, wait=30, label="py-waiter") as h:
+        with offload_lock.lock(lock_path, wait=30, label="py-waiter"):
             box["at"] = time.monotonic()
             box["pid"] = offload_lock.inspect(lock_path)["pid"]
 
@@ -174,7 +174,7 @@ def test_waits_for_another_process_and_takes_over_on_release(lock_path, kind):
 
 @pytest.mark.parametrize("kind", ["cli", "node"])
 def test_other_processes_wait_for_a_python_holder(lock_path, kind):
-    with offload_lock.lock(lock_path, label="py-holder") as h:
+    with offload_lock.lock(lock_path, label="py-holder"):
         if kind == "cli":
             r = subprocess.run([CLI, "--lock", lock_path, "run", "--wait", "0", "--", "true"], capture_output=True, text=True,
                                env={k: v for k, v in os.environ.items() if not k.startswith("OFFLOAD_LOCK_")})

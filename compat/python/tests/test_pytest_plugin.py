@@ -11,9 +11,6 @@ import sys
 import threading
 import time
 
-import pytest
-
-import offload_lock
 from conftest import CLI, HERE, cli_holder, py_env
 
 SAMPLE = os.path.join(HERE, "xdist_sample")
