@@ -298,7 +298,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer rounds and a 2 s idle window")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     a = ap.parse_args()
-    batches, n, rounds, window = (5, 200, 15, 2.0) if a.quick else (11, 500, 40, 10.0)
+    batches, n, rounds, window = (5, 200, 15, 2.0) if a.quick else (21, 300, 40, 10.0)
     workdir = tempfile.mkdtemp(prefix="offload-lock-pybench-")
     try:
         load = os.getloadavg()[0]

@@ -119,3 +119,33 @@ with offload_lock.lock(sys.argv[1]) as h:
     r = run_py(code, lock_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "True"]
+
+
+def test_a_forked_child_passes_through_while_the_parent_holds_and_says_why_not_after(lock_path):
+    # The library's in-process state was copied mid-hold: the child must not
+    # try to take the lock itself (its queue would wait for a thread that is
+    # not in this process).
+    code = r"""
+import os, sys, offload_lock
+p = sys.argv[1]
+r, w = os.pipe()
+h = offload_lock.lock(p).acquire()
+pid = os.fork()
+if pid == 0:
+    c = offload_lock.lock(p, wait=0).acquire()
+    ok = c.inherited and c.token == h.token and c.still_held() and c.release()
+    os.read(r, 1)  # the parent has released
+    try:
+        offload_lock.lock(p, wait=0).acquire()
+        os._exit(3)
+    except offload_lock.LockError as e:
+        os._exit(0 if ok and "forked while its parent held" in str(e) else 2)
+h.release()
+os.write(w, b"x")
+_, st = os.waitpid(pid, 0)
+print(os.WEXITSTATUS(st))
+"""
+    r = run_py(code, lock_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"
+    assert not os.path.exists(lock_path)
