@@ -129,17 +129,20 @@ def test_a_forked_child_passes_through_while_the_parent_holds_and_says_why_not_a
 import os, sys, offload_lock
 p = sys.argv[1]
 r, w = os.pipe()
+r2, w2 = os.pipe()
 h = offload_lock.lock(p).acquire()
 pid = os.fork()
 if pid == 0:
     c = offload_lock.lock(p, wait=0).acquire()
     ok = c.inherited and c.token == h.token and c.still_held() and c.release()
+    os.write(w2, b"x")
     os.read(r, 1)  # the parent has released
     try:
         offload_lock.lock(p, wait=0).acquire()
         os._exit(3)
     except offload_lock.LockError as e:
         os._exit(0 if ok and "forked while its parent held" in str(e) else 2)
+os.read(r2, 1)  # the child has passed through
 h.release()
 os.write(w, b"x")
 _, st = os.waitpid(pid, 0)
