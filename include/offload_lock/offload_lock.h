@@ -23,7 +23,8 @@ enum {
   OFFLOAD_LOCK_TIMED_OUT = 2, /* still held by someone else when the wait ended */
   OFFLOAD_LOCK_LOST = 3,      /* release: the lock had been removed or replaced by someone else */
   OFFLOAD_LOCK_ERROR = 4,     /* a system error; the message names the path and the reason */
-  OFFLOAD_LOCK_INVALID = 5    /* a bad argument */
+  OFFLOAD_LOCK_INVALID = 5,   /* a bad argument */
+  OFFLOAD_LOCK_CANCELLED = 6  /* the wait was abandoned through offload_lock_options.cancel_fd */
 };
 
 typedef struct offload_lock_handle offload_lock_handle;
@@ -61,6 +62,155 @@ typedef struct offload_lock_info {
    path). OFFLOAD_LOCK_OK, or OFFLOAD_LOCK_ERROR when it cannot be looked at
    (then `info->stale` holds the message). Never blocks on the lock. */
 int offload_lock_inspect(const char* path, offload_lock_info* info);
+
+/* ---- The full acquisition: wait, label, TTL, GPU slots, cancel, progress, loss ---- */
+
+/* One point-in-time view of a lock, as `offload-lock --json status` shows it
+   (one object of its "slots"). Strings are NUL-terminated and truncated to
+   their buffers. */
+typedef struct offload_lock_info_ex {
+  char path[4096];
+  int present;            /* something exists at the path */
+  int held;               /* present and not stale by offload-lock's rules */
+  int has_pid;            /* pid below is the recorded holder pid */
+  int64_t pid;
+  int has_started_at;     /* started_at_ms below is the recorded startedAt */
+  int64_t started_at_ms;
+  int64_t held_for_ms;    /* how long held (meaningful when held) */
+  int64_t age_ms;         /* now - meta.json mtime: the clock the TTL rule uses */
+  int64_t owner_uid;      /* uid owning the lock directory; -1 when unknown */
+  int has_stale;          /* a present lock that is not held: `stale` says why */
+  int node_stale;         /* the v1 Node runners' verdict on the same bytes */
+  int go_held;            /* the Go readers' verdict on the same bytes */
+  char label[1024];
+  char host[256];
+  char token[129];
+  char tool[128];
+  char stale[1024];
+  char problem[1024];     /* the lock could not be looked at (held is then 0); "" otherwise */
+  int other_pid_namespace; /* the holder recorded another pid namespace than the caller's */
+  int has_v1_stale;       /* held, but the Node runners would judge it stale: `v1_stale` says why */
+  char v1_stale[1024];
+} offload_lock_info_ex;
+
+/* Passed to offload_lock_options.on_progress while an acquisition waits for
+   another process: when a holder changes (changed = 1; also once at the
+   start of the wait) and every progress_every_ms besides. `holders` (the
+   lock, or each GPU slot waited for) is valid only during the call. */
+typedef struct offload_lock_progress {
+  int64_t waited_ms;
+  int changed;
+  size_t holder_count;
+  const offload_lock_info_ex* holders;
+} offload_lock_progress;
+
+typedef void (*offload_lock_progress_fn)(const offload_lock_progress* progress, void* user);
+/* `message` names the lock; valid only during the call. */
+typedef void (*offload_lock_lost_fn)(const char* message, void* user);
+
+/* Flags for offload_lock_options.flags. */
+enum {
+  OFFLOAD_LOCK_NO_INHERIT = 1,  /* do not pass through a lock the parent process passed down (B11) */
+  OFFLOAD_LOCK_NO_REGISTER = 2  /* do not list this process in the waiter registry while it waits */
+};
+
+/* Fill with offload_lock_options_init() first, then set what differs, so a
+   program built against this header keeps working when fields are added
+   (`size` says which fields the caller knows). */
+typedef struct offload_lock_options {
+  size_t size;                /* sizeof(offload_lock_options), set by offload_lock_options_init */
+  const char* path;           /* NULL or "": the default path, as offload_lock_default_path() */
+  int64_t wait_ms;            /* 0: try once; negative: forever (the default) */
+  const char* label;          /* NULL: the program's name */
+  int64_t ttl_ms;             /* 0: the default TTL (1 hour) */
+  int gpus;                   /* >1: take the first free of this many GPU slots (default 1) */
+  int gpu;                    /* >=0: take this GPU slot only (default -1) */
+  int cancel_fd;              /* >=0: abandon the wait once this descriptor is readable or hangs up (default -1) */
+  unsigned flags;             /* OFFLOAD_LOCK_NO_INHERIT, OFFLOAD_LOCK_NO_REGISTER */
+  int64_t progress_every_ms;  /* >0: also call on_progress this often while waiting */
+  offload_lock_progress_fn on_progress;  /* called on the waiting thread; must return quickly */
+  void* progress_user;
+  /* Called on the library's heartbeat thread (shared by every lock of the
+     process) as soon as the lock is removed or replaced by someone else.
+     Never called once offload_lock_release() has returned for the handle;
+     it may itself call offload_lock_release() on its handle. Must return
+     quickly. */
+  offload_lock_lost_fn on_lost;
+  void* lost_user;
+} offload_lock_options;
+
+/* Defaults: wait forever, default path, TTL and label, one GPU, no cancel
+   descriptor, no callbacks. */
+void offload_lock_options_init(offload_lock_options* options);
+
+/* Takes the lock as offload_lock_acquire() does, with every option above.
+   Blocks up to wait_ms on the calling thread. Results: OFFLOAD_LOCK_OK (and
+   *out set), OFFLOAD_LOCK_BUSY (wait 0), OFFLOAD_LOCK_TIMED_OUT,
+   OFFLOAD_LOCK_CANCELLED (cancel_fd became readable; nothing is left
+   behind: no lock, no waiter entry), OFFLOAD_LOCK_ERROR (the message names
+   the path and the reason), OFFLOAD_LOCK_INVALID. For BUSY and TIMED_OUT the
+   message names the holder: "timed out: PATH is held by LABEL (pid N, host
+   H) for 5m12s". Threads of one process queue in arrival order; an
+   acquisition on the thread that already holds the lock passes straight
+   through (offload_lock_nested()). Note: the queue among threads of one
+   process does not watch cancel_fd; only the wait for another process does. */
+int offload_lock_acquire_ex(const offload_lock_options* options, offload_lock_handle** out, char* message,
+                            size_t message_len);
+
+/* About a held lock (the handle from offload_lock_acquire or _ex). */
+const char* offload_lock_path(const offload_lock_handle* handle); /* the lock (or GPU slot) directory held */
+int offload_lock_gpu(const offload_lock_handle* handle);          /* the GPU slot held; 0 for a single lock */
+int offload_lock_nested(const offload_lock_handle* handle);       /* 1: a nested acquisition on the holding thread */
+int offload_lock_inherited(const offload_lock_handle* handle);    /* 1: the parent process's lock, passed down */
+/* 1 when the lock directory is still the one this handle took (checks the
+   file system; call before an irreversible step), 0 otherwise. */
+int offload_lock_still_held(const offload_lock_handle* handle);
+/* The environment a child process needs so that its acquisitions of this
+   lock pass straight through (OFFLOAD_LOCK_PATH and OFFLOAD_LOCK_TOKEN), as
+   "NAME=VALUE" strings each ended by a NUL, written to `buf` when it is large
+   enough. Returns the bytes needed (0 for NULL). */
+size_t offload_lock_child_environment(const offload_lock_handle* handle, char* buf, size_t len);
+
+/* The lock path offload-lock and the Node runners resolve (GPU_LOCK, then
+   TMPDIR, TMP, TEMP, then /tmp), written to `buf` when it is large enough.
+   Returns the bytes needed without the NUL. Reads the environment (getenv). */
+size_t offload_lock_default_path(char* buf, size_t len);
+
+/* Inspects the lock at `path` (NULL or "": the default path) without changing
+   anything, judging others with `ttl_ms` (0: the default). Never blocks on
+   the lock. OFFLOAD_LOCK_OK, or OFFLOAD_LOCK_ERROR when the lock cannot be
+   looked at (info->problem says why), OFFLOAD_LOCK_INVALID for NULL info. */
+int offload_lock_inspect_ex(const char* path, int64_t ttl_ms, offload_lock_info_ex* info);
+
+/* One process waiting for the lock, from the waiter registry. */
+typedef struct offload_lock_waiter {
+  int64_t pid;
+  int64_t since_ms;   /* when its wait began, epoch ms */
+  int64_t waited_ms;  /* now - since */
+  int gpu;            /* the slot it asked for; -1: the first free of `gpus` */
+  int gpus;
+  char label[1024];
+  char host[256];
+} offload_lock_waiter;
+
+/* The processes waiting for the lock at `path` (NULL or "": the default
+   path), oldest first; dead ones are left out. Writes up to `cap` entries to
+   `out` and the total number into *count. Never blocks. OFFLOAD_LOCK_OK, or
+   OFFLOAD_LOCK_INVALID for a NULL count. */
+int offload_lock_waiters(const char* path, offload_lock_waiter* out, size_t cap, size_t* count);
+
+/* A duration as the command shows it ("850ms", "42s", "5m12s", "2h03m"),
+   written to `buf` when it is large enough; returns the bytes needed
+   without the NUL. */
+size_t offload_lock_describe_duration(int64_t ms, char* buf, size_t len);
+
+/* The errno behind the last OFFLOAD_LOCK_ERROR that offload_lock_acquire or
+   offload_lock_acquire_ex returned on the calling thread (EACCES, ENOENT
+   ...); 0 when that failure was not a system error, or after a success. */
+int offload_lock_last_errno(void);
+
+/* The library version ("0.1.0"), as written into meta.json's "tool". */
+const char* offload_lock_version(void);
 
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop

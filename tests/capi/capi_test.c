@@ -1,9 +1,19 @@
 /* The C API, from C: acquire, inspect, busy from another thread's view,
-   release, lost. Exits non-zero at the first failed check, naming it. */
+   release, lost; then the full acquisition (offload_lock_acquire_ex) against
+   a holder in a forked child process: the holder named in busy and timeout
+   messages, cancel, progress, GPU slots, the waiter list, loss, child
+   environment and pass-through. Exits non-zero after the checks when any
+   failed, naming each. */
 #include <offload_lock/offload_lock.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures = 0;
@@ -14,6 +24,307 @@ static int failures = 0;
       ++failures;                                                    \
     }                                                                \
   } while (0)
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A holder in another process: takes `lock_path` with `label`, says "1" on
+   its pipe once it holds it, and releases when its stdin pipe closes. */
+typedef struct holder {
+  pid_t pid;
+  int release_w; /* close to make it release */
+} holder;
+
+static holder start_holder(const char* lock_path, const char* label) {
+  int up[2], down[2];
+  holder h = {-1, -1};
+  if (pipe(up) != 0 || pipe(down) != 0) return h;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    offload_lock_handle* l = NULL;
+    char m[512];
+    if (offload_lock_acquire(lock_path, 10000, label, &l, m, sizeof m) != OFFLOAD_LOCK_OK) _exit(3);
+    if (write(up[1], "1", 1) != 1) _exit(4);
+    char c;
+    while (read(down[0], &c, 1) > 0) {
+    }
+    offload_lock_release(l);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  char c = 0;
+  if (read(up[0], &c, 1) != 1 || c != '1') {
+    waitpid(pid, NULL, 0);
+    close(up[0]);
+    close(down[1]);
+    return h;
+  }
+  close(up[0]);
+  h.pid = pid;
+  h.release_w = down[1];
+  return h;
+}
+
+static int stop_holder(holder h) {
+  int st = 0;
+  close(h.release_w);
+  waitpid(h.pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+typedef struct progress_seen {
+  int calls, changed_calls;
+  int64_t holder_pid;
+  char holder_label[64];
+} progress_seen;
+
+static void on_progress(const offload_lock_progress* p, void* user) {
+  progress_seen* s = (progress_seen*)user;
+  ++s->calls;
+  if (p->changed) ++s->changed_calls;
+  if (p->holder_count > 0) {
+    s->holder_pid = p->holders[0].pid;
+    snprintf(s->holder_label, sizeof s->holder_label, "%s", p->holders[0].label);
+  }
+}
+
+static volatile int lost_calls = 0;
+static char lost_message[512];
+static void on_lost(const char* message, void* user) {
+  (void)user;
+  snprintf(lost_message, sizeof lost_message, "%s", message);
+  __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+/* A thread waiting through offload_lock_acquire_ex with a cancel pipe. */
+typedef struct waiting {
+  offload_lock_options o;
+  int result;
+  int64_t ended_ms;
+  char message[512];
+} waiting;
+
+static void* wait_thread(void* arg) {
+  waiting* w = (waiting*)arg;
+  offload_lock_handle* h = NULL;
+  w->result = offload_lock_acquire_ex(&w->o, &h, w->message, sizeof w->message);
+  w->ended_ms = now_ms();
+  if (h) offload_lock_release(h);
+  return NULL;
+}
+
+static void test_full_acquisition(const char* dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/ex.lock", dir);
+  char message[512] = "";
+
+  offload_lock_options o;
+  offload_lock_options_init(&o);
+  CHECK(o.size == sizeof o && o.wait_ms < 0 && o.gpus == 1 && o.gpu == -1 && o.cancel_fd == -1);
+  o.path = path;
+  o.label = "ex-job";
+  o.wait_ms = 0;
+  o.ttl_ms = 60000;
+
+  /* Uncontended: label recorded, path and slot reported, child environment. */
+  offload_lock_handle* h = NULL;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_OK);
+  if (!h) return;
+  CHECK(strcmp(offload_lock_path(h), path) == 0);
+  CHECK(offload_lock_gpu(h) == 0 && !offload_lock_nested(h) && !offload_lock_inherited(h));
+  CHECK(offload_lock_still_held(h));
+  offload_lock_info_ex ie;
+  CHECK(offload_lock_inspect_ex(path, 0, &ie) == OFFLOAD_LOCK_OK);
+  CHECK(ie.held && ie.has_pid && ie.pid == (int64_t)getpid() && strcmp(ie.label, "ex-job") == 0);
+  CHECK(strcmp(ie.token, offload_lock_token(h)) == 0 && strcmp(ie.path, path) == 0);
+  CHECK(ie.owner_uid == (int64_t)getuid() && !ie.has_stale && ie.go_held && !ie.node_stale);
+  CHECK(strncmp(ie.tool, "offload-lock/", 13) == 0);
+  char env[8192];
+  size_t n = offload_lock_child_environment(h, env, sizeof env);
+  CHECK(n > 0 && n < sizeof env);
+  char want[4200];
+  snprintf(want, sizeof want, "OFFLOAD_LOCK_PATH=%s", path);
+  CHECK(strcmp(env, want) == 0);
+  CHECK(strncmp(env + strlen(env) + 1, "OFFLOAD_LOCK_TOKEN=", 19) == 0);
+  CHECK(strcmp(env + strlen(env) + 1 + 19, offload_lock_token(h)) == 0);
+
+  /* A forked child given that environment passes straight through and
+     leaves the lock in place. */
+  pid_t kid = fork();
+  if (kid == 0) {
+    setenv("OFFLOAD_LOCK_PATH", path, 1);
+    setenv("OFFLOAD_LOCK_TOKEN", env + strlen(env) + 1 + 19, 1);
+    offload_lock_options ko;
+    offload_lock_options_init(&ko);
+    ko.path = path;
+    ko.wait_ms = 0;
+    offload_lock_handle* k = NULL;
+    char m[512];
+    /* The library's in-process gate was copied from the parent's thread that
+       holds the lock; this thread is that thread, so this is nested or
+       inherited, never a second claim. */
+    int r = offload_lock_acquire_ex(&ko, &k, m, sizeof m);
+    int ok = r == OFFLOAD_LOCK_OK && (offload_lock_inherited(k) || offload_lock_nested(k));
+    if (k) offload_lock_release(k);
+    _exit(ok ? 0 : 1);
+  }
+  int st = -1;
+  waitpid(kid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CHECK(offload_lock_still_held(h));
+  CHECK(offload_lock_release(h) == OFFLOAD_LOCK_OK);
+
+  /* Held by another process: busy and timed out name the holder. */
+  holder other = start_holder(path, "render-video");
+  CHECK(other.pid > 0);
+  if (other.pid <= 0) return;
+  h = NULL;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_BUSY);
+  CHECK(h == NULL);
+  CHECK(strstr(message, "busy: ") == message);
+  CHECK(strstr(message, "held by render-video (pid ") != NULL);
+  o.wait_ms = 150;
+  progress_seen seen = {0, 0, 0, ""};
+  o.on_progress = on_progress;
+  o.progress_user = &seen;
+  o.progress_every_ms = 50;
+  int64_t t0 = now_ms();
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_TIMED_OUT);
+  CHECK(now_ms() - t0 >= 140);
+  CHECK(strstr(message, "timed out: ") == message);
+  CHECK(strstr(message, "held by render-video (pid ") != NULL);
+  CHECK(seen.changed_calls == 1 && seen.calls >= 2);
+  CHECK(seen.holder_pid == (int64_t)other.pid && strcmp(seen.holder_label, "render-video") == 0);
+  o.on_progress = NULL;
+
+  /* Old entry point, same message. */
+  CHECK(offload_lock_acquire(path, 0, NULL, &h, message, sizeof message) == OFFLOAD_LOCK_BUSY);
+  CHECK(strstr(message, "held by render-video") != NULL);
+
+  /* GPU slots: slot 0 is held, so two slots give slot 1; slot 1 alone too. */
+  o.wait_ms = 0;
+  o.gpus = 2;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_OK);
+  if (h) {
+    CHECK(offload_lock_gpu(h) == 1);
+    char slot1[4200];
+    snprintf(slot1, sizeof slot1, "%s.gpu1", path);
+    CHECK(strcmp(offload_lock_path(h), slot1) == 0);
+    offload_lock_handle* h2 = NULL;
+    /* Both slots held now (one by another thread of this process): busy
+       names them all. */
+    waiting both;
+    memset(&both, 0, sizeof both);
+    both.o = o;
+    pthread_t bt;
+    CHECK(pthread_create(&bt, NULL, wait_thread, &both) == 0);
+    pthread_join(bt, NULL);
+    CHECK(both.result == OFFLOAD_LOCK_BUSY);
+    CHECK(strstr(both.message, "busy: all 2 GPU slots of ") == both.message);
+    CHECK(offload_lock_release(h) == OFFLOAD_LOCK_OK);
+    o.gpus = 1;
+    o.gpu = 1;
+    CHECK(offload_lock_acquire_ex(&o, &h2, message, sizeof message) == OFFLOAD_LOCK_OK);
+    CHECK(h2 && offload_lock_gpu(h2) == 1);
+    if (h2) offload_lock_release(h2);
+    o.gpu = -1;
+  }
+  o.gpus = 1;
+
+  /* Cancel: a waiter (registered in the waiter list once it has waited a
+     while) gives up as soon as its cancel pipe is written, and leaves no
+     waiter entry behind. */
+  int cancel[2];
+  CHECK(pipe(cancel) == 0);
+  waiting w;
+  memset(&w, 0, sizeof w);
+  w.o = o;
+  w.o.wait_ms = 3000; /* long enough; a broken cancel fails instead of hanging */
+  w.o.label = "ex-waiter";
+  w.o.cancel_fd = cancel[0];
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, wait_thread, &w) == 0);
+  size_t count = 0;
+  offload_lock_waiter ws[4];
+  int64_t until = now_ms() + 5000;
+  while (now_ms() < until) {
+    CHECK(offload_lock_waiters(path, ws, 4, &count) == OFFLOAD_LOCK_OK);
+    if (count > 0) break;
+    usleep(10000);
+  }
+  CHECK(count == 1);
+  if (count == 1) {
+    CHECK(ws[0].pid == (int64_t)getpid() && strcmp(ws[0].label, "ex-waiter") == 0);
+    CHECK(ws[0].gpu == -1 && ws[0].gpus == 1 && ws[0].since_ms > 0 && ws[0].waited_ms >= 0);
+  }
+  int64_t sent = now_ms();
+  CHECK(write(cancel[1], "x", 1) == 1);
+  pthread_join(th, NULL);
+  CHECK(w.result == OFFLOAD_LOCK_CANCELLED);
+  CHECK(w.ended_ms - sent < 100);
+  CHECK(offload_lock_waiters(path, ws, 4, &count) == OFFLOAD_LOCK_OK && count == 0);
+  CHECK(offload_lock_waiters(path, NULL, 0, NULL) == OFFLOAD_LOCK_INVALID);
+  close(cancel[0]);
+  close(cancel[1]);
+
+  /* The holder releases: a waiter with no deadline gets the lock at once. */
+  memset(&w, 0, sizeof w);
+  w.o = o;
+  w.o.wait_ms = 5000;
+  CHECK(pthread_create(&th, NULL, wait_thread, &w) == 0);
+  usleep(50000);
+  int64_t released = now_ms();
+  CHECK(stop_holder(other) == 0);
+  pthread_join(th, NULL);
+  CHECK(w.result == OFFLOAD_LOCK_OK);
+  CHECK(w.ended_ms - released < 1000);
+
+  /* Loss: someone else removes the lock; on_lost says so, release says LOST,
+     and no call comes after release. */
+  o.wait_ms = 0;
+  o.on_lost = on_lost;
+  h = NULL;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_OK);
+  if (h) {
+    char moved[4200], cmd[9000];
+    snprintf(moved, sizeof moved, "%s/ex.lock.taken", dir);
+    CHECK(rename(path, moved) == 0);
+    until = now_ms() + 5000;
+    while (!__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) && now_ms() < until) usleep(5000);
+    CHECK(lost_calls == 1);
+    CHECK(strstr(lost_message, "ex.lock") != NULL);
+    CHECK(!offload_lock_still_held(h));
+    CHECK(offload_lock_release(h) == OFFLOAD_LOCK_LOST);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", moved);
+    CHECK(system(cmd) == 0);
+  }
+
+  /* The default path follows GPU_LOCK. */
+  setenv("GPU_LOCK", path, 1);
+  char dp[4200];
+  CHECK(offload_lock_default_path(dp, sizeof dp) == strlen(path) && strcmp(dp, path) == 0);
+  CHECK(offload_lock_default_path(NULL, 0) == strlen(path));
+  unsetenv("GPU_LOCK");
+
+  /* Bad options. */
+  offload_lock_options bad;
+  memset(&bad, 0, sizeof bad);
+  CHECK(offload_lock_acquire_ex(&bad, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID);
+  offload_lock_options_init(&bad);
+  bad.path = path;
+  bad.gpus = 0;
+  CHECK(offload_lock_acquire_ex(&bad, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID);
+  CHECK(offload_lock_last_errno() == 0);
+  char d[32];
+  CHECK(offload_lock_describe_duration(312000, d, sizeof d) == 5 && strcmp(d, "5m12s") == 0);
+  CHECK(strlen(offload_lock_version()) > 0);
+}
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -58,8 +369,11 @@ int main(int argc, char** argv) {
   CHECK(offload_lock_acquire(missing, 0, NULL, &h, message, sizeof message) == OFFLOAD_LOCK_ERROR);
   CHECK(h == NULL);
   CHECK(strstr(message, "no/such/dir") != NULL);
+  CHECK(offload_lock_last_errno() == ENOENT);
   CHECK(offload_lock_acquire(path, 0, NULL, NULL, message, sizeof message) == OFFLOAD_LOCK_INVALID);
   CHECK(offload_lock_release(NULL) == OFFLOAD_LOCK_INVALID);
+
+  test_full_acquisition(argv[1]);
 
   if (failures) return 1;
   printf("capi: all checks passed\n");

@@ -1,0 +1,173 @@
+"""The C API of liboffload_lock (include/offload_lock/offload_lock.h) through ctypes.
+
+Where the library comes from, first match wins:
+
+1. the file named by the environment variable ``OFFLOAD_LOCK_LIBRARY``;
+2. ``liboffload_lock.so`` next to this file (the wheel bundles the one it was
+   built with);
+3. in a source checkout (compat/python/offload_lock), the build tree's
+   ``build/liboffload_lock.so`` (``$BUILD_DIR`` if set);
+4. the system loader: ``liboffload_lock.so.0``, as ``cmake --install``
+   puts it in a library directory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Optional
+
+OK = 0
+BUSY = 1
+TIMED_OUT = 2
+LOST = 3
+ERROR = 4
+INVALID = 5
+CANCELLED = 6
+
+NO_INHERIT = 1
+NO_REGISTER = 2
+
+
+class InfoEx(ctypes.Structure):
+    _fields_ = [
+        ("path", ctypes.c_char * 4096),
+        ("present", ctypes.c_int),
+        ("held", ctypes.c_int),
+        ("has_pid", ctypes.c_int),
+        ("pid", ctypes.c_int64),
+        ("has_started_at", ctypes.c_int),
+        ("started_at_ms", ctypes.c_int64),
+        ("held_for_ms", ctypes.c_int64),
+        ("age_ms", ctypes.c_int64),
+        ("owner_uid", ctypes.c_int64),
+        ("has_stale", ctypes.c_int),
+        ("node_stale", ctypes.c_int),
+        ("go_held", ctypes.c_int),
+        ("label", ctypes.c_char * 1024),
+        ("host", ctypes.c_char * 256),
+        ("token", ctypes.c_char * 129),
+        ("tool", ctypes.c_char * 128),
+        ("stale", ctypes.c_char * 1024),
+        ("problem", ctypes.c_char * 1024),
+        ("other_pid_namespace", ctypes.c_int),
+        ("has_v1_stale", ctypes.c_int),
+        ("v1_stale", ctypes.c_char * 1024),
+    ]
+
+
+class Progress(ctypes.Structure):
+    _fields_ = [
+        ("waited_ms", ctypes.c_int64),
+        ("changed", ctypes.c_int),
+        ("holder_count", ctypes.c_size_t),
+        ("holders", ctypes.POINTER(InfoEx)),
+    ]
+
+
+PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(Progress), ctypes.c_void_p)
+LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p)
+
+
+class Options(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("path", ctypes.c_char_p),
+        ("wait_ms", ctypes.c_int64),
+        ("label", ctypes.c_char_p),
+        ("ttl_ms", ctypes.c_int64),
+        ("gpus", ctypes.c_int),
+        ("gpu", ctypes.c_int),
+        ("cancel_fd", ctypes.c_int),
+        ("flags", ctypes.c_uint),
+        ("progress_every_ms", ctypes.c_int64),
+        ("on_progress", PROGRESS_FN),
+        ("progress_user", ctypes.c_void_p),
+        ("on_lost", LOST_FN),
+        ("lost_user", ctypes.c_void_p),
+    ]
+
+
+class Waiter(ctypes.Structure):
+    _fields_ = [
+        ("pid", ctypes.c_int64),
+        ("since_ms", ctypes.c_int64),
+        ("waited_ms", ctypes.c_int64),
+        ("gpu", ctypes.c_int),
+        ("gpus", ctypes.c_int),
+        ("label", ctypes.c_char * 1024),
+        ("host", ctypes.c_char * 256),
+    ]
+
+
+def _candidates() -> list:
+    found = []
+    env = os.environ.get("OFFLOAD_LOCK_LIBRARY")
+    if env:
+        found.append(env)
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "liboffload_lock.so")
+    if os.path.exists(here):
+        found.append(here)
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(pkg)))
+    if os.path.isfile(os.path.join(root, "include", "offload_lock", "offload_lock.h")):
+        tree = os.path.join(os.environ.get("BUILD_DIR") or os.path.join(root, "build"), "liboffload_lock.so")
+        if os.path.exists(tree):
+            found.append(tree)
+    found.append("liboffload_lock.so.0")
+    return found
+
+
+def _load() -> ctypes.CDLL:
+    errors = []
+    for name in _candidates():
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            errors.append(f"{name}: {e}")
+    raise ImportError(
+        "offload_lock: cannot load liboffload_lock.so (set OFFLOAD_LOCK_LIBRARY to its path, "
+        "or reinstall the package from a tree where scripts/build has run): " + "; ".join(errors)
+    )
+
+
+lib = _load()
+library_path: Optional[str] = getattr(lib, "_name", None)
+
+_H = ctypes.c_void_p
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+options_init = _fn("offload_lock_options_init", None, ctypes.POINTER(Options))
+acquire_ex = _fn(
+    "offload_lock_acquire_ex", ctypes.c_int, ctypes.POINTER(Options), ctypes.POINTER(_H), ctypes.c_char_p, ctypes.c_size_t
+)
+release = _fn("offload_lock_release", ctypes.c_int, _H)
+token = _fn("offload_lock_token", ctypes.c_char_p, _H)
+path = _fn("offload_lock_path", ctypes.c_char_p, _H)
+gpu = _fn("offload_lock_gpu", ctypes.c_int, _H)
+nested = _fn("offload_lock_nested", ctypes.c_int, _H)
+inherited = _fn("offload_lock_inherited", ctypes.c_int, _H)
+still_held = _fn("offload_lock_still_held", ctypes.c_int, _H)
+child_environment = _fn("offload_lock_child_environment", ctypes.c_size_t, _H, ctypes.c_char_p, ctypes.c_size_t)
+default_path = _fn("offload_lock_default_path", ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
+inspect_ex = _fn("offload_lock_inspect_ex", ctypes.c_int, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(InfoEx))
+waiters = _fn(
+    "offload_lock_waiters", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(Waiter), ctypes.c_size_t,
+    ctypes.POINTER(ctypes.c_size_t),
+)
+last_errno = _fn("offload_lock_last_errno", ctypes.c_int)
+version = _fn("offload_lock_version", ctypes.c_char_p)
+describe_duration_c = _fn("offload_lock_describe_duration", ctypes.c_size_t, ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t)
+
+
+def describe_duration(ms: int) -> str:
+    buf = ctypes.create_string_buffer(32)
+    describe_duration_c(int(ms), buf, len(buf))
+    return buf.value.decode()
