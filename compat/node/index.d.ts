@@ -103,6 +103,10 @@ export interface LockInfo {
   stale: string | null;
   /** The uid owning the lock directory. */
   ownerUid: number | null;
+  /** Held, but the Node runners would judge it stale (and may reclaim it): why; else null. */
+  v1Stale: string | null;
+  /** The holder runs in another pid namespace than this reader. */
+  otherPidNamespace: boolean;
 }
 
 /** The `acquired` object `offload-lock hold` prints once it holds the lock. */

@@ -263,7 +263,8 @@ export async function withGpuLock(opts, fn) {
 }
 
 // `offload-lock --json status` as an object: path, held, pid, startedAt,
-// heldForMs, label, host, token, stale, ownerUid, gpu, slots, and waiters
+// heldForMs, label, host, token, stale, ownerUid, v1Stale, otherPidNamespace,
+// gpu, slots, and waiters
 // (the offload-lock processes queued for the lock, oldest first).
 export function inspect(lockPath) {
   const bin = findBinary();

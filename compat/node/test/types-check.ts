@@ -133,6 +133,8 @@ expectType<
       token: string | null;
       stale: string | null;
       ownerUid: number | null;
+      v1Stale: string | null;
+      otherPidNamespace: boolean;
     }
   >
 >();
