@@ -7,6 +7,7 @@
 //   lock.hpp     taking, holding and releasing it
 //   release.hpp  releasing by token or pid, from another process
 //   mutex.hpp    a Lockable for std::lock_guard and std::unique_lock
+//   watch.hpp    waking a status board when the lock may have changed
 // The C API is offload_lock.h.
 #ifndef OFFLOAD_LOCK_OFFLOAD_LOCK_HPP
 #define OFFLOAD_LOCK_OFFLOAD_LOCK_HPP
@@ -19,5 +20,6 @@
 #include "offload_lock/release.hpp"
 #include "offload_lock/slots.hpp"
 #include "offload_lock/waiters.hpp"
+#include "offload_lock/watch.hpp"
 
 #endif  // OFFLOAD_LOCK_OFFLOAD_LOCK_HPP

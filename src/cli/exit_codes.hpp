@@ -67,6 +67,14 @@ static_assert(exit_ok >= 0 && exit_busy >= 0 && exit_usage >= 0 && exit_not_owne
 // it: 128 + N.
 inline constexpr int exit_signal_base = 128;
 
+// The C API's codes of outcomes that have no exit code of their own: a
+// cancelled wait (the command ends 128+N for the signal that cancelled it).
+struct c_only_code {
+  c_code c;
+  errc e;
+};
+inline constexpr std::array<c_only_code, 1> c_api_only = {{{{"OFFLOAD_LOCK_CANCELLED", 6}, errc::cancelled}}};
+
 // The exit code for an outcome of the library: its row; errc values without
 // one (cancelled) are the caller's to decide, and get exit_system here.
 constexpr int exit_code_for(errc e) {

@@ -11,7 +11,7 @@
 
 #include "cli/output.hpp"
 #include "offload_lock/lock.hpp"
-#include "posix/change_feed.hpp"
+#include "offload_lock/watch.hpp"
 #include "posix/os.hpp"
 #include "posix/signals.hpp"
 #include "posix/terminal.hpp"
@@ -160,17 +160,14 @@ std::string shape_of(const board& b) {
 int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
   const int signals = os::catch_signals();
   const bool tty = os::terminal_width(os::standard_output) > 0;
-  os::change_feed feed;
   // Wake on the lock (or a slot) appearing, going or being replaced in its
   // parent, and a waiter registering or leaving; and below, on a holder or a
   // waiter dying.
-  std::string parent, name;
-  os::split_path(path, parent, name);
-  const std::vector<std::string> dirs = {parent, parent + "/." + name + ".waiters"};
+  change_watch feed(path);
   std::string last_shape, last_text;
   bool first = true;
   for (;;) {
-    const bool dirs_watched = feed.arm_dirs(dirs);
+    const bool dirs_watched = feed.arm_directories();
     board b = look(a, gpus, path);
     std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + b.problem + "\n";
     const std::string shape = shape_of(b) + b.problem;
@@ -192,10 +189,10 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
       else if (i.present) timeout = std::min<std::int64_t>(timeout, 1000);
     }
     for (const auto& w : b.waiters) pids.push_back(w.pid);
-    auto armed = feed.arm_pids(pids);
-    if (armed == os::change_feed::pids_armed::gone) continue;  // one died since the look
-    if (!dirs_watched || armed == os::change_feed::pids_armed::unwatched) timeout = std::min<std::int64_t>(timeout, 1000);
-    if (!feed.wait(timeout, {signals})) {
+    auto armed = feed.arm_processes(pids);
+    if (armed == change_watch::processes::gone) continue;  // one died since the look
+    if (!dirs_watched || armed == change_watch::processes::unwatched) timeout = std::min<std::int64_t>(timeout, 1000);
+    if (!feed.wait(milliseconds(timeout), {signals})) {
       if (tty) std::cout << "\n" << std::flush;
       return exit_ok;
     }
