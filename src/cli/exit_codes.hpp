@@ -71,7 +71,7 @@ inline constexpr int exit_signal_base = 128;
 // cancelled wait (the command ends 128+N for the signal that cancelled it).
 struct c_only_code {
   c_code c;
-  errc e;
+  errc e{};
 };
 inline constexpr std::array<c_only_code, 1> c_api_only = {{{{"OFFLOAD_LOCK_CANCELLED", 6}, errc::cancelled}}};
 
