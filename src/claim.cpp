@@ -12,6 +12,15 @@ namespace {
 
 bool is(const error& e, std::errc c) { return e.code() == c; }
 
+claim taken(sys::fd dir, sys::fd meta, const sys::file_id& id) {
+  claim c;
+  c.taken = true;
+  c.dir = std::move(dir);
+  c.meta = std::move(meta);
+  c.id = id;
+  return c;
+}
+
 // B1 fallback for file systems that refuse RENAME_NOREPLACE: plain mkdir (as
 // Node does), then meta.json written under a temporary name and renamed into
 // place, so readers see no meta or a complete one, never a partial one.
@@ -42,12 +51,7 @@ result<claim> claim_with_mkdir(const target& t, const std::string& bytes) {
   }
   auto st = sys::stat_fd(d->get(), t.path);
   if (!st) return st.error();
-  claim c;
-  c.taken = true;
-  c.dir = std::move(*d);
-  c.meta = std::move(*meta);
-  c.id = st->id;
-  return c;
+  return taken(std::move(*d), std::move(*meta), st->id);
 }
 
 }  // namespace
@@ -77,12 +81,7 @@ result<claim> try_claim(const target& t, const std::string& bytes) {
   error e = sys::rename_noreplace(t.parent.get(), stage, t.name, t.path);
   if (!e) {
     sys::crash_point("acquire.renamed");
-    claim c;
-    c.taken = true;
-    c.dir = std::move(*d);
-    c.meta = std::move(*meta);
-    c.id = st->id;
-    return c;
+    return taken(std::move(*d), std::move(*meta), st->id);
   }
   (void)remove_lock_dir_at(t.parent.get(), stage, shown);
   if (is(e, std::errc::file_exists) || is(e, std::errc::directory_not_empty)) return claim{};
