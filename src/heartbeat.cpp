@@ -18,6 +18,11 @@ namespace offload_lock::detail {
 
 namespace {
 
+// A lock is watched for loss once it has been held this long: most short
+// holds (a test suite's, a quick job's) end before, and never pay for the
+// inotify watches. A loss inside that time is noticed at its end.
+constexpr std::int64_t kWatchAfterMs = 20;
+
 // B7 and loss detection for every lock this process holds, on one thread
 // that lives as long as the process: acquire and release only register and
 // unregister (no thread to start or join per acquisition). The thread
@@ -42,7 +47,8 @@ class heartbeat_service {
       started_ = true;
     }
     s->registered = true;
-    s->next_touch = sys::monotonic_ms() + s->period();
+    s->held_since = sys::monotonic_ms();
+    s->next_touch = s->held_since + s->period();
     entries_.push_back(s);
     sys::notify(wake_w_.get());
   }
@@ -98,12 +104,14 @@ class heartbeat_service {
             it = entries_.erase(it);
             continue;
           }
-          if (!s.watch_tried) {
+          const std::int64_t now = sys::monotonic_ms();
+          if (!s.watch_tried && now >= s.held_since + kWatchAfterMs) {
             s.watch_tried = true;
             s.watch_id = watches.watch_lock(s.t.path, false);
             check_now.push_back(*it);  // a loss before the watch existed
           }
-          const std::int64_t left = std::max<std::int64_t>(0, s.next_touch - sys::monotonic_ms());
+          std::int64_t left = std::max<std::int64_t>(0, s.next_touch - now);
+          if (!s.watch_tried) left = std::min(left, std::max<std::int64_t>(0, s.held_since + kWatchAfterMs - now));
           // Without a watch, loss is noticed at the next refresh at the latest.
           timeout = timeout < 0 ? left : std::min(timeout, left);
           live.push_back(*it);

@@ -32,6 +32,7 @@ struct held_state {
   bool registered = false;
   int watch_id = -1;
   bool watch_tried = false;
+  std::int64_t held_since = 0;  // monotonic ms, when the service took it
   std::int64_t next_touch = 0;
 
   // The refresh period: TTL/4, between 100 ms and 60 s.

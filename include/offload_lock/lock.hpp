@@ -81,8 +81,10 @@ struct lock_options {
   // waiters() list this process.
   bool register_waiter = true;
   // Called on the library's heartbeat thread when the lock turns out to
-  // have been removed or replaced by someone else. Must not throw; keep it
-  // short (it delays the heartbeat of every lock of the process).
+  // have been removed or replaced by someone else: at once (inotify) from
+  // the lock's 20th millisecond on, at that moment for a loss before it.
+  // Must not throw; keep it short (it delays the heartbeat of every lock of
+  // the process).
   std::function<void(const error&)> on_lost;
 };
 

@@ -194,6 +194,21 @@ int scenario_heartbeat(const std::string& path, char**) {
   return 0;
 }
 
+// nospace PATH WAIT_MS: every mkdir fails with ENOSPC; acquires with the
+// wait given. Prints the result.
+int scenario_nospace(const std::string& path, char** rest) {
+  sys::calls.mkdirat = [](int, const char*, mode_t) {
+    errno = ENOSPC;
+    return -1;
+  };
+  ol::lock_options o;
+  o.path = path;
+  o.wait = ol::milliseconds(std::atol(rest[0]));
+  o.heartbeat = false;
+  say_result(ol::lock::acquire(o));
+  return 0;
+}
+
 }  // namespace
 
 int child_fault(int argc, char** argv) {
@@ -203,6 +218,7 @@ int child_fault(int argc, char** argv) {
   if (scenario == "putback" && argc >= 3) return scenario_putback(path, argv + 2);
   if (scenario == "flock" && argc >= 4) return scenario_flock(path, argv + 2);
   if (scenario == "heartbeat") return scenario_heartbeat(path, argv + 2);
+  if (scenario == "nospace" && argc >= 3) return scenario_nospace(path, argv + 2);
   return 2;
 }
 
@@ -329,4 +345,22 @@ TEST_CASE("refreshes that fail for a while do not lose the lock", "[multiprocess
   REQUIRE(out.size() == 2);
   CHECK(out[0] != "failed-touches 0");
   CHECK(out[1] == "held");
+}
+
+TEST_CASE("out of space while someone else holds the lock: the wait goes on; on a free lock: an error",
+          "[multiprocess][fault]") {
+  temp_dir d;
+  child holder(self_exe(), {"--child", "hold", d.lock(), "0"});
+  REQUIRE(holder.read_line().value_or("").rfind("acquired ", 0) == 0);
+  // Held: the claim that cannot be made is no reason to stop waiting.
+  auto out = run_fault({"nospace", d.lock(), "400"});
+  REQUIRE(out.size() == 1);
+  CHECK(out[0] == "timed_out");
+  holder.close_stdin();
+  REQUIRE(holder.wait() == 0);
+  // Free: the claim itself failed, and the error names its staging directory.
+  out = run_fault({"nospace", d.lock(), "400"});
+  REQUIRE(out.size() == 1);
+  CHECK_THAT(out[0], Catch::StartsWith("error ") && Catch::Contains("No space left") && Catch::Contains(d.str()));
+  CHECK(beside(d).empty());
 }
