@@ -72,6 +72,20 @@ def cli_holder(path: str, label: str = "cli-holder") -> Holder:
     return h
 
 
+# The C++ library linked into a program of its own (the interop suite's
+# participant): `hold` says "waiting PID", then "acquired PID" once it holds.
+CPP_PARTICIPANT = os.path.join(os.path.dirname(CLI), "tests", "interop", "interop_participant")
+
+
+def cpp_holder(path: str) -> Holder:
+    h = Holder([CPP_PARTICIPANT, "hold", "--lock", path, "--wait-ms", "0", "--label", "cpp-holder"], "waiting ")
+    line = h.proc.stdout.readline() if h.proc.stdout else ""
+    if not line.startswith("acquired "):
+        h.kill()
+        raise AssertionError(f"the C++ participant did not take the lock: {line!r}")
+    return h
+
+
 NODE_HOLD = r"""
 import { acquireGpuLock } from %s;
 const lock = await acquireGpuLock({ lockPath: process.argv[1], waitMs: %s, label: 'node-holder' });

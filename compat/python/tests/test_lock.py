@@ -14,7 +14,7 @@ import time
 import pytest
 
 import offload_lock
-from conftest import CLI, cli_holder, node_holder, py_holder, run_py, wait_until
+from conftest import CLI, cli_holder, cpp_holder, node_holder, py_holder, run_py, wait_until
 
 
 def test_take_inspect_release(lock_path):
@@ -149,9 +149,9 @@ def test_another_thread_times_out_on_this_process_holder(lock_path):
     assert "held by main (pid %d" % os.getpid() in str(box["e"])
 
 
-@pytest.mark.parametrize("kind", ["cli", "node", "python"])
+@pytest.mark.parametrize("kind", ["cli", "node", "cpp", "python"])
 def test_waits_for_another_process_and_takes_over_on_release(lock_path, kind):
-    holder = {"cli": cli_holder, "node": node_holder, "python": py_holder}[kind](lock_path)
+    holder = {"cli": cli_holder, "node": node_holder, "cpp": cpp_holder, "python": py_holder}[kind](lock_path)
     box = {}
 
     def waiter():
@@ -172,10 +172,18 @@ def test_waits_for_another_process_and_takes_over_on_release(lock_path, kind):
     assert offload_lock.waiters(lock_path) == []
 
 
-@pytest.mark.parametrize("kind", ["cli", "node"])
+@pytest.mark.parametrize("kind", ["cli", "node", "cpp"])
 def test_other_processes_wait_for_a_python_holder(lock_path, kind):
     with offload_lock.lock(lock_path, label="py-holder"):
-        if kind == "cli":
+        if kind == "cpp":
+            from conftest import CPP_PARTICIPANT
+            env = {k: v for k, v in os.environ.items() if not k.startswith("OFFLOAD_LOCK_")}
+            r = subprocess.run([CPP_PARTICIPANT, "hold", "--lock", lock_path, "--wait-ms", "0"], capture_output=True,
+                               text=True, env=env, stdin=subprocess.DEVNULL)
+            assert r.returncode == 1 and r.stdout.splitlines()[-1] == "busy"
+            p = subprocess.Popen([CPP_PARTICIPANT, "hold", "--lock", lock_path, "--wait-ms", "30000"], env=env,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        elif kind == "cli":
             r = subprocess.run([CLI, "--lock", lock_path, "run", "--wait", "0", "--", "true"], capture_output=True, text=True,
                                env={k: v for k, v in os.environ.items() if not k.startswith("OFFLOAD_LOCK_")})
             assert r.returncode == 1 and "held by py-holder" in r.stderr
