@@ -20,7 +20,7 @@ import zipfile
 
 NAME = "offload_lock"
 DIST = "offload_lock"
-VERSION = "0.1.0"
+VERSION = "0.2.0"
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # compat/python
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
