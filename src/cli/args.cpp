@@ -84,7 +84,8 @@ const std::map<std::string, std::string>& helps() {
        "  If someone else removes or replaces the lock while CMD runs, offload-lock says so on\n"
        "  stderr; with --on-lost term it also sends CMD SIGTERM.\n"
        "  Exit 1 (or N with --busy-exit) when still busy after --wait. With --gpus or --gpu, CMD\n"
-       "  also sees CUDA_VISIBLE_DEVICES naming the GPU of the slot taken.\n"},
+       "  also sees OFFLOAD_LOCK_GPU=K and CUDA_VISIBLE_DEVICES naming GPU K by its UUID (else K,\n"
+       "  with CUDA_DEVICE_ORDER=PCI_BUS_ID).\n"},
       {"hold",
        "offload-lock hold [--wait DUR] [--remind DUR] [--label TEXT] [--gpus N|auto | --gpu K]\n"
        "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
@@ -287,9 +288,11 @@ std::string usage() {
       "kept up to date in place; otherwise a line each time the holder changes and a reminder\n"
       "every --remind DUR (default 1m; 0: none). --quiet silences both.\n"
       "\n"
-      "several GPUs: --gpus N (or auto: counted from /proc/driver/nvidia/gpus or nvidia-smi -L)\n"
-      "takes the first free of N slots, slot 0 being the lock path itself and slot K the path\n"
-      "with the suffix .gpuK; --gpu K takes slot K only.\n"
+      "several GPUs: --gpus N (or auto: the GPUs nvidia-smi -L lists) takes the first free of N\n"
+      "slots; --gpu K takes slot K only. Slot K is the machine's GPU K in nvidia-smi's (PCI bus)\n"
+      "order; slot 0 is the lock path itself and slot K the path with the suffix .gpuK. For\n"
+      "acquire, run and hold, a CUDA_VISIBLE_DEVICES list (indices or GPU-... UUIDs) names the\n"
+      "GPUs they may take; --gpu K outside it is a usage error.\n"
       "\n"
       "exit codes: 0 ok, 1 busy (status: free; wait-free: still held), 2 usage error,\n"
       "            3 not the owner, 4 system error, 5 lock lost; run exits with CMD's status.\n";

@@ -36,7 +36,12 @@ int main(int argc, char** argv) {
   try {
     // Once per command, before any command catches signals: --gpus auto may
     // run nvidia-smi.
-    const gpu_plan gpus = plan_gpus(a);
+    std::string usage_error;
+    const gpu_plan gpus = plan_gpus(a, usage_error);
+    if (!usage_error.empty()) {
+      say(usage_error);
+      return exit_usage;
+    }
     if (a.command == "path") return cmd_path(a);
     if (a.command == "status") return cmd_status(a, gpus, path);
     if (a.command == "acquire") return cmd_acquire(a, gpus, path);
