@@ -90,7 +90,8 @@ const std::map<std::string, std::string>& helps() {
        "offload-lock hold [--wait DUR] [--remind DUR] [--label TEXT] [--gpus N|auto | --gpu K]\n"
        "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
        "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
-       "  --wait, 5 when the lock was taken from it meanwhile. The json has the slot as \"gpu\".\n"},
+       "  --wait, 5 when the lock was removed or replaced during the hold (whoever did it, even\n"
+       "  if the path is free again). The json has the slot as \"gpu\".\n"},
       {"wait-free",
        "offload-lock wait-free [--wait DUR] [--poll DUR]\n"
        "  Exit 0 as soon as the lock is free, 1 if still held when --wait ends. Wakes on the lock's\n"
@@ -295,7 +296,9 @@ std::string usage() {
       "GPUs they may take; --gpu K outside it is a usage error.\n"
       "\n"
       "exit codes: 0 ok, 1 busy (status: free; wait-free: still held), 2 usage error,\n"
-      "            3 not the owner, 4 system error, 5 lock lost; run exits with CMD's status.\n";
+      "            3 not the owner (release), 4 system error, 5 hold's lock was removed or\n"
+      "            replaced during the hold; run exits with CMD's status; 128+N: signal N\n"
+      "            ended a wait.\n";
   return u;
 }
 

@@ -294,17 +294,17 @@ int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
   std::cout << "acquired " << dump(held_json(a, gpus, path, *l)) << std::endl;
   const std::string slot_path = held_path(path, *l);
   (void)os::wait_for_eof_or_signal();
-  const std::string token = l->token();  // release() empties the handle
   error e = l->release();
   if (e == errc::lost) {
-    // Released by its token from elsewhere (compat/node does this) leaves
-    // the path free: that is an ordinary end. Someone else's lock is not.
-    info now = inspect(slot_path, a.ttl);
-    if (now.held && now.token != token) {
-      if (!a.quiet) say("the lock had been taken over by " + who(now));
-      return exit_lost;
+    // Removed or replaced during the hold, by whatever means (a v1 runner's
+    // reclaim, release --force, a release by this hold's token from
+    // elsewhere): the GPU was not reserved for the whole hold.
+    if (!a.quiet) {
+      info now = inspect(slot_path, a.ttl);
+      say(now.held ? "the lock " + slot_path + " had been taken over by " + who(now)
+                   : "the lock " + slot_path + " had been removed by someone else during the hold");
     }
-    return exit_ok;
+    return exit_lost;
   }
   if (e) {
     say(e.message());

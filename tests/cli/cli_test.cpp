@@ -275,6 +275,24 @@ TEST_CASE("cli: hold exits 5 when its lock was taken over", "[cli]") {
   CHECK(l->still_held());
 }
 
+TEST_CASE("cli: hold exits 5 whenever its lock was removed during the hold, even if the path is free again", "[cli]") {
+  temp_dir d;
+  for (const std::string how : {"force", "token", "rm"}) {
+    INFO(how);
+    child c(cli_exe(), with_lock(d, {"hold"}));
+    auto line = c.read_line();
+    REQUIRE(line);
+    const std::string token = json::parse(line->substr(9))["token"];
+    if (how == "force") CHECK(run_cli(with_lock(d, {"release", "--force"})).code == 0);
+    else if (how == "token") CHECK(run_cli(with_lock(d, {"release", "--token", token})).code == 0);
+    else fs::remove_all(d.lock());
+    CHECK_FALSE(fs::exists(d.lock()));
+    c.close_stdin();
+    CHECK(c.wait() == 5);
+    CHECK_THAT(c.err_text(), Catch::Contains("had been removed by someone else during the hold"));
+  }
+}
+
 TEST_CASE("cli: hold exits 5 when a v1 runner replaced its lock", "[cli]") {
   temp_dir d;
   child c(cli_exe(), with_lock(d, {"--quiet", "hold"}));
