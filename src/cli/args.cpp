@@ -54,10 +54,13 @@ const std::map<std::string, std::string>& helps() {
       {"status",
        "offload-lock status [--watch] [--prometheus] [--gpus N|auto | --gpu K]\n"
        "  Show who holds the lock and who waits for it: one line for the holder, one per waiting\n"
-       "  offload-lock process (oldest first). Exit 0 when held (every slot held, with several\n"
-       "  GPUs), 1 when free. With --json, one object: path, held, pid, startedAt, heldForMs,\n"
-       "  label, host, token, stale, ownerUid, slots (one such object per GPU slot) and waiters\n"
-       "  (pid, label, host, since, waitedMs, gpu, gpus).\n"
+       "  offload-lock process (oldest first). Under each slot, the GPU as nvidia-smi reports it:\n"
+       "  memory used and total, utilization, and each process on it, with or without the lock.\n"
+       "  Exit 0 when held (every slot held, with several GPUs), 1 when free. With --json, one\n"
+       "  object: path, held, pid, startedAt, heldForMs, label, host, token, stale, ownerUid, gpu,\n"
+       "  device (null, or index, uuid, name, memoryUsedMiB, memoryTotalMiB, utilizationPct,\n"
+       "  processes: pid, name, memoryMiB, holdsLock), slots (one such object per GPU slot) and\n"
+       "  waiters (pid, label, host, since, waitedMs, gpu, gpus).\n"
        "  --watch       redraw whenever the holder or the queue changes, until interrupted\n"
        "  --prometheus  print the node_exporter textfile-collector format instead (exit 0)\n"
        "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},

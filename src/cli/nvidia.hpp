@@ -17,6 +17,7 @@ struct gpu_process {
   std::int64_t pid = 0;
   std::string name;                       // as nvidia-smi gives it: escape before printing
   std::optional<std::int64_t> memory_mib;  // nullopt: not reported ([N/A])
+  bool holds_lock = false;                 // filled in by the status board, not by nvidia-smi
 };
 
 // One GPU. `index` is nvidia-smi's, which is PCI bus order: slot k is the

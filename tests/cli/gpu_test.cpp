@@ -2,6 +2,7 @@
 // told, and a machine without GPUs or with a nvidia-smi that hangs. A
 // stand-in nvidia-smi on PATH plays a machine with four GPUs; real
 // offload-lock processes throughout.
+#include <signal.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -197,4 +198,94 @@ TEST_CASE("a nvidia-smi that hangs is given up after its time limit", "[cli][gpu
   CHECK(r.out == "0 PCI_BUS_ID 0 " + d.lock() + "\n");
   CHECK_THAT(r.err, Catch::Contains("no GPU found"));
   CHECK(took < 15s);
+}
+
+TEST_CASE("status shows each slot's GPU and names processes using it without the lock", "[cli][gpus][status]") {
+  temp_dir d;
+  fake_nvidia_smi smi(d);
+  // Slot 0: held by a hold, which uses the GPU, while another process uses
+  // it too. Slot 1: held by this process, whose child uses the GPU.
+  child h(cli_exe(), with_lock(d, {"hold", "--gpu", "0", "--label", "render"}), smi.env());
+  REQUIRE(h.read_line());
+  auto s1 = ol::lock::acquire(ol::gpu_slot_path(d.lock(), 1), 0ms);
+  REQUIRE(s1);
+  child rogue("/bin/sleep", {"60"});
+  child ours("/bin/sleep", {"60"});
+  write_file(d.path / "apps.csv",
+             uuid_of(0) + ", " + std::to_string(h.pid()) + ", /opt/bin/render, 4096\n" +
+             uuid_of(0) + ", " + std::to_string(rogue.pid()) + ", /usr/local/bin/llama-swap, 5222\n" +
+             uuid_of(1) + ", " + std::to_string(ours.pid()) + ", trainer, [N/A]\n" +
+             uuid_of(3) + ", 424242, \x1b]0;pwned\x07, 1\n");
+  auto r = run_cli(with_lock(d, {"status", "--gpus", "4"}), smi.env());
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);  // slots 2 and 3 are free
+  CHECK_THAT(r.out, Catch::Contains("gpu0: held by render (pid " + std::to_string(h.pid())));
+  CHECK_THAT(r.out, Catch::Contains("\n  GPU 0 (NVIDIA Stand-in): 0 MiB of 24.0 GiB used, 0% busy\n"));
+  CHECK_THAT(r.out, Catch::Contains("\n    render (pid " + std::to_string(h.pid()) + ") uses 4.0 GiB on GPU 0, holding the lock\n"));
+  CHECK_THAT(r.out, Catch::Contains("\n    llama-swap (pid " + std::to_string(rogue.pid()) + ") uses 5.1 GiB on GPU 0 without the lock\n"));
+  CHECK_THAT(r.out, Catch::Contains("\n    trainer (pid " + std::to_string(ours.pid()) + ") uses GPU 1, holding the lock\n"));
+  CHECK_THAT(r.out, Catch::Contains("  GPU 2 (NVIDIA Stand-in): 200 MiB of 24.0 GiB used, 20% busy\n"));
+  // What nvidia-smi says reaches the terminal escaped.
+  CHECK(r.out.find('\x1b') == std::string::npos);
+  CHECK_THAT(r.out, Catch::Contains("\\x1b]0;pwned\\x07 (pid 424242) uses 1 MiB on GPU 3 without the lock"));
+  CHECK(r.err.empty());
+
+  // --json: a device per slot, and at the top level for slot 0.
+  json j = json::parse(run_cli(with_lock(d, {"--json", "status", "--gpus", "4"}), smi.env()).out);
+  REQUIRE(j["slots"].size() == 4);
+  CHECK(j["device"] == j["slots"][0]["device"]);
+  const json& dev = j["slots"][0]["device"];
+  CHECK(dev["index"] == 0);
+  CHECK(dev["uuid"] == uuid_of(0));
+  CHECK(dev["name"] == "NVIDIA Stand-in");
+  CHECK(dev["memoryUsedMiB"] == 0);
+  CHECK(dev["memoryTotalMiB"] == 24564);
+  CHECK(dev["utilizationPct"] == 0);
+  REQUIRE(dev["processes"].size() == 2);
+  CHECK(dev["processes"][0] == json{{"pid", h.pid()}, {"name", "/opt/bin/render"}, {"memoryMiB", 4096}, {"holdsLock", true}});
+  CHECK(dev["processes"][1]["holdsLock"] == false);
+  CHECK(j["slots"][1]["device"]["processes"][0]["memoryMiB"].is_null());
+  CHECK(j["slots"][1]["device"]["processes"][0]["holdsLock"] == true);
+  CHECK(j["slots"][3]["device"]["processes"][0]["name"] == "\x1b]0;pwned\x07");
+
+  // --prometheus: the four gauges, by gpu.
+  r = run_cli(with_lock(d, {"status", "--prometheus", "--gpus", "4"}), smi.env());
+  const std::string l0 = "{lock=\"" + d.lock() + "\",gpu=\"0\"}";
+  const std::string l2 = "{lock=\"" + d.lock() + "\",gpu=\"2\"}";
+  CHECK_THAT(r.out, Catch::Contains("# TYPE offload_lock_gpu_memory_used_bytes gauge\n"));
+  CHECK_THAT(r.out, Catch::Contains("offload_lock_gpu_memory_used_bytes" + l2 + " 209715200\n"));
+  CHECK_THAT(r.out, Catch::Contains("offload_lock_gpu_memory_total_bytes" + l0 + " 25757220864\n"));
+  CHECK_THAT(r.out, Catch::Contains("offload_lock_gpu_utilization_ratio" + l2 + " 0.20\n"));
+  CHECK_THAT(r.out, Catch::Contains("offload_lock_gpu_unlocked_processes" + l0 + " 1\n"));
+  CHECK_THAT(r.out, Catch::Contains("offload_lock_gpu_unlocked_processes" + l2 + " 0\n"));
+
+  // nvidia-smi failing: no device lines, devices null, the lock board as before.
+  fake_nvidia_smi broken(d, "#!/bin/sh\nexit 1\n");
+  r = run_cli(with_lock(d, {"status", "--gpus", "4"}), broken.env());
+  CHECK(r.out.find("GPU 0") == std::string::npos);
+  CHECK(count_of(r.out, "\n") == 4);
+  j = json::parse(run_cli(with_lock(d, {"--json", "status"}), broken.env()).out);
+  CHECK(j["device"].is_null());
+  h.close_stdin();
+  CHECK(h.wait() == 0);
+  rogue.kill(SIGKILL);
+  ours.kill(SIGKILL);
+}
+
+TEST_CASE("status --watch asks nvidia-smi and keeps watching", "[cli][gpus][status]") {
+  temp_dir d;
+  fake_nvidia_smi smi(d);
+  auto l = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(l);
+  child w(cli_exe(), with_lock(d, {"status", "--watch"}), smi.env());
+  CHECK_THAT(w.read_line().value_or(""), Catch::StartsWith("held by "));
+  CHECK_THAT(w.read_line().value_or(""), Catch::StartsWith("  GPU 0 (NVIDIA Stand-in)"));
+  // nvidia-smi's exit does not end the watch; the next change is shown.
+  CHECK_FALSE(w.read_line(1500ms));
+  CHECK_FALSE(w.exited());
+  REQUIRE_FALSE(l->release());
+  CHECK(w.read_line() == "");
+  CHECK(w.read_line() == "free");
+  w.kill(SIGTERM);
+  CHECK(w.wait() == 0);
 }
