@@ -327,7 +327,7 @@ TEST_CASE("a missing parent, and control characters in paths and labels, stay on
 TEST_CASE("cli: every malformed duration, pid, flag and missing value exits 2 with one line", "[multiprocess][bad-input][cli]") {
   std::vector<std::vector<std::string>> bad;
   const std::vector<std::string> durations = {"", "-1", "+5", "1e3", "abc", "5x", "5 s", "1..2", ".", "ms", "inf",
-                                              "nan", "0x10", "99999999999999999999", "1d", "1\n2"};
+                                              "nan", "0x10", "99999999999999999999", "1w", "1h1h", "1\n2"};
   const std::vector<std::pair<std::string, std::vector<std::string>>> duration_flags = {
       {"--wait", {"acquire"}}, {"--wait", {"run", "--"}}, {"--wait", {"hold"}}, {"--wait", {"wait-free"}},
       {"--poll", {"wait-free"}}};
