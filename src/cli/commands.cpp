@@ -18,6 +18,7 @@
 #include "posix/child.hpp"
 #include "posix/os.hpp"
 #include "posix/signals.hpp"
+#include "posix/terminal.hpp"
 
 namespace offload_lock::cli {
 
@@ -135,12 +136,28 @@ int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
     return exit_ok;
   }
   // A detached keeper keeps the lock fresh while the holder lives and
-  // releases it when the holder exits.
+  // releases it when the holder exits. A holder that exits at once (the
+  // subshell of `tok=$(offload-lock acquire | tr -d ' ')`) is a mistake the
+  // caller does not see: the keeper says so on the caller's terminal.
+  const int terminal = a.quiet ? -1 : os::terminal_stderr_copy();
   auto keeper = os::fork_detached();
   if (keeper && *keeper) {
+    if (terminal >= 0) {
+      std::string warning;
+      if (os::exits_within(l->pid(), 1000))
+        warning = "offload-lock: " +
+                  printable("WARNING: the recorded holder, pid " + std::to_string(l->pid()) + " (" +
+                            os::command_name(l->pid()).value_or("gone") +
+                            "), exited within a second of acquire, and the lock was released with it. Record a "
+                            "process that lives as long as the work: acquire --pid $$ from the script itself, or "
+                            "offload-lock run -- CMD") +
+                  "\n";
+      os::write_and_close(terminal, warning);
+    }
     (void)l->hold_until_holder_exits();
     std::_Exit(0);
   }
+  os::write_and_close(terminal, "");
   l->detach();
   return exit_ok;
 }

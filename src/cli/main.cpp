@@ -32,7 +32,12 @@ int main(int argc, char** argv) {
     std::cout << "offload-lock " << ol::version() << "\n";
     return exit_ok;
   }
-  const std::string path = ol::resolve_path(a.lock_path).path;
+  const ol::path_resolution resolved = ol::resolve_path(a.lock_path);
+  const std::string& path = resolved.path;
+  // The D7 split: Node's rule and ours read $TMP and $TEMP, Go's does not.
+  if (resolved.go_disagrees() && !a.quiet && (a.command == "run" || a.command == "acquire" || a.command == "status"))
+    say("note: Go readers (gpulock) look at " + resolved.go_path + ", not " + path +
+        ": Go reads only $TMPDIR; set TMPDIR or GPU_LOCK for both (offload-lock path --explain)");
   try {
     // Once per command, before any command catches signals: --gpus auto may
     // run nvidia-smi.

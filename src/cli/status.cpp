@@ -260,7 +260,7 @@ int print_status(const args& a, const gpu_plan& gpus, const std::string& path) {
     return exit_ok;
   }
   if (a.json) std::cout << dump(board_json(b, a)) << "\n";
-  else std::cout << render(b, a);
+  else std::cout << render(b, a) << printable("lock: " + path) << "\n";
   bool all_held = std::all_of(b.slots.begin(), b.slots.end(), [](const info& i) { return i.held; });
   return all_held ? exit_ok : exit_busy;
 }

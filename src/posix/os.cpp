@@ -64,6 +64,17 @@ std::optional<std::string> command_name(std::int64_t pid) {
   return comm;
 }
 
+bool exits_within(std::int64_t pid, int ms) {
+  for (int waited = 0;; waited += 20) {
+    const auto l = sys::probe(pid);
+    if (l == sys::liveness::dead || l == sys::liveness::zombie) return true;
+    if (waited >= ms) return false;
+    sys::wait_readable({}, 20);
+  }
+}
+
+std::string host_name() { return sys::host_name(); }
+
 std::optional<std::string> user_name(std::uint32_t uid) {
   struct passwd pw {};
   struct passwd* found = nullptr;

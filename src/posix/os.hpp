@@ -33,6 +33,11 @@ std::optional<std::int64_t> parent_of(std::int64_t pid);
 // chosen by that process: escape it before printing); nullopt when it
 // cannot be read.
 std::optional<std::string> command_name(std::int64_t pid);
+// Whether process `pid` ends (or is a zombie) within `ms` milliseconds;
+// looks every 20 ms.
+bool exits_within(std::int64_t pid, int ms);
+// This machine's host name, as the library records it.
+std::string host_name();
 // The login name of `uid`; nullopt when the password database has none.
 std::optional<std::string> user_name(std::uint32_t uid);
 

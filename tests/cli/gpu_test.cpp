@@ -263,7 +263,7 @@ TEST_CASE("status shows each slot's GPU and names processes using it without the
   fake_nvidia_smi broken(d, "#!/bin/sh\nexit 1\n");
   r = run_cli(with_lock(d, {"status", "--gpus", "4"}), broken.env());
   CHECK(r.out.find("GPU 0") == std::string::npos);
-  CHECK(count_of(r.out, "\n") == 4);
+  CHECK(count_of(r.out, "\n") == 5);
   j = json::parse(run_cli(with_lock(d, {"--json", "status"}), broken.env()).out);
   CHECK(j["device"].is_null());
   h.close_stdin();

@@ -313,7 +313,7 @@ TEST_CASE("a missing parent, and control characters in paths and labels, stay on
                           ",\"label\":\"evil\\n\\u001b[2Jlabel\"}");
   auto st = run_cli({"--lock", d.lock(), "status"});
   CHECK(st.code == 0);
-  CHECK(std::count(st.out.begin(), st.out.end(), '\n') == 1);
+  CHECK(std::count(st.out.begin(), st.out.end(), '\n') == 2);  // the status line and the path
   CHECK(st.out.find('\x1b') == std::string::npos);
   CHECK_THAT(st.out, Catch::Contains("evil\\n\\x1b[2Jlabel"));
   auto busy = run_cli({"--lock", d.lock(), "acquire", "--wait", "0"});
