@@ -103,6 +103,7 @@ const std::map<std::string, std::vector<std::string>>& command_options() {
       {"run", {"--wait", "--remind", "--label", "--busy-exit", "--on-lost", "--gpus", "--gpu"}},
       {"hold", {"--wait", "--remind", "--label", "--gpus", "--gpu"}},
       {"wait-free", {"--wait", "--poll"}},
+      {"doctor", {}},
       {"help", {}},
   };
   return t;

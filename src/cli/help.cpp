@@ -65,6 +65,14 @@ const std::map<std::string, std::string>& helps() {
        "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
        "  --wait, 5 when the lock was removed or replaced during the hold (whoever did it, even\n"
        "  if the path is free again). The json has the slot as \"gpu\".\n"},
+      {"doctor",
+       "offload-lock doctor\n"
+       "  Check the setup and explain it, one line each: the path Node's rule, Go's rule and\n"
+       "  GPU_LOCK give and whether they agree; what is at the lock path; the parent directory's\n"
+       "  owner, mode, sticky and setgid bits and who can reclaim whose stale lock there; whether\n"
+       "  inotify, pidfd, RENAME_NOREPLACE and OFD locks work on that file system; whether /proc\n"
+       "  is this pid namespace's; nvidia-smi and the GPU count. Exit 0 when all is well, 1 with\n"
+       "  warnings. With --json, one object: path, checks (name, ok, detail), warnings.\n"},
       {"help",
        "offload-lock help [COMMAND]\n"
        "  Without COMMAND, the overview of every command (as offload-lock --help); with one, that\n"

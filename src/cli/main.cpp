@@ -8,6 +8,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/doctor.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/gpus.hpp"
 #include "cli/output.hpp"
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
     if (a.command == "run") return cmd_run(a, gpus, path);
     if (a.command == "hold") return cmd_hold(a, gpus, path);
     if (a.command == "wait-free") return cmd_wait_free(a, path);
+    if (a.command == "doctor") return cmd_doctor(a);
   } catch (const std::exception& ex) {
     say(std::string("internal error: ") + ex.what());
     return exit_system;

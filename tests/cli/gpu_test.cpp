@@ -289,3 +289,53 @@ TEST_CASE("status --watch asks nvidia-smi and keeps watching", "[cli][gpus][stat
   w.kill(SIGTERM);
   CHECK(w.wait() == 0);
 }
+
+TEST_CASE("doctor checks the setup: exit 0 when all is well, 1 with warnings, --json", "[cli][doctor]") {
+  temp_dir d;
+  fake_nvidia_smi smi(d);
+  env_changes env = smi.env();
+  env["GPU_LOCK"] = std::nullopt;
+  auto r = run_cli(with_lock(d, {"doctor"}), env);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("ok    path: " + d.lock() + " (rule: "));
+  CHECK_THAT(r.out, Catch::Contains("ok    go: Go readers resolve the same path\n"));
+  CHECK_THAT(r.out, Catch::Contains("ok    lock: " + d.lock() + ": nothing there now (free)\n"));
+  CHECK_THAT(r.out, Catch::Contains("ok    parent: " + d.str() + ": owner "));
+  CHECK_THAT(r.out, Catch::Contains("ok    reclaim: "));
+  for (const char* f : {"inotify", "pidfd", "rename_noreplace", "ofd_locks"})
+    CHECK_THAT(r.out, Catch::Contains(std::string("ok    ") + f + ": works here\n"));
+  CHECK_THAT(r.out, Catch::Contains("ok    nvidia-smi: 4 GPUs (--gpus auto: 4 slots)\n"));
+  CHECK_THAT(r.out, Catch::EndsWith("all well\n"));
+  // Nothing is left behind by the probes.
+  for (const auto& e : fs::directory_iterator(d.path))
+    CHECK(e.path().filename().string().find("doctor") == std::string::npos);
+
+  // GPU_LOCK naming a directory that is not a lock; Go's rule elsewhere; no nvidia-smi.
+  const fs::path notes = d.path / "project";
+  fs::create_directory(notes);
+  write_file(notes / "notes.txt", "x");
+  fake_nvidia_smi none(d, "#!/bin/sh\nexit 1\n");
+  env = none.env();
+  env["GPU_LOCK"] = notes.string();
+  r = run_cli({"doctor"}, env);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Catch::Contains("warn  lock: GPU_LOCK names " + notes.string() +
+                                    ", a directory that is not a lock (it holds 'notes.txt')"));
+  CHECK_THAT(r.out, Catch::Contains("warn  nvidia-smi: nvidia-smi -L cannot be run"));
+  CHECK_THAT(r.out, Catch::EndsWith("2 warnings\n"));
+  env = none.env();
+  env["GPU_LOCK"] = std::nullopt;
+  env["TMPDIR"] = std::nullopt;
+  env["TMP"] = d.str();
+  json j = json::parse(run_cli({"--json", "doctor"}, env).out);
+  CHECK(j["path"] == d.str() + "/local-offload-gpu.lock");
+  CHECK(j["warnings"] == 2);  // Go's path, and still no nvidia-smi
+  bool go_warned = false;
+  for (const auto& c : j["checks"]) {
+    CHECK(c.contains("name"));
+    CHECK(c.contains("detail"));
+    if (c["name"] == "go") go_warned = c["ok"] == false;
+  }
+  CHECK(go_warned);
+}
