@@ -66,5 +66,10 @@ check "--lock=PATH completes (split at =)" grep -qx "$tmp/some-file" <<<"$(compl
 check "--wait=DUR completes (one word)" grep -qx 1h30m <<<"$(complete_words offload-lock acquire --wait=1h)"
 check "a value after --lock=PATH is skipped" grep -qx -- --watch <<<"$(complete_words offload-lock --lock = /x status --wa)"
 check "help completes command names" grep -qx release <<<"$(complete_words offload-lock help rel)"
+# The systemd-tmpfiles snippet README shows is the one installed.
+while read -r line; do
+  check "README shows the tmpfiles line: $line" grep -qxF -- "$line" "$readme"
+done < <(grep -v '^#' "$src/doc/offload-lock.tmpfiles.conf")
+check "cmake installs the tmpfiles snippet" grep -q 'doc/offload-lock.tmpfiles.conf DESTINATION ${CMAKE_INSTALL_DOCDIR}' "$src/CMakeLists.txt"
 echo "docs: $passed passed, $failed failed"
 test "$failed" -eq 0
