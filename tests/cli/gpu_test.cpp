@@ -126,7 +126,7 @@ TEST_CASE("slots are physical GPUs: CUDA_VISIBLE_DEVICES picks which, CMD gets t
   CHECK(count_of(smi.log(), "\n") == count_of(smi.log(), "-L\n"));
 }
 
-TEST_CASE("--gpu K outside CUDA_VISIBLE_DEVICES, or a list that allows no slot, is a usage error", "[cli][gpus]") {
+TEST_CASE("cli: --gpu K outside CUDA_VISIBLE_DEVICES, or a list that allows no slot, is a usage error", "[cli][gpus]") {
   temp_dir d;
   fake_nvidia_smi smi(d);
   auto usage = [&](const std::vector<std::string>& a, const std::string& visible, const std::string& says) {

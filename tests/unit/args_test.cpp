@@ -92,7 +92,7 @@ TEST_CASE("well-formed command lines", "[unit][cli]") {
   CHECK(h2.remind == milliseconds(0));
 }
 
-TEST_CASE("--opt=value, short options, help [COMMAND]", "[unit][cli]") {
+TEST_CASE("options as --opt=value, short options, help [COMMAND]", "[unit][cli]") {
   args a;
   REQUIRE_FALSE(parse({"--lock=/x", "--ttl=10m", "-j", "acquire", "--wait=1h30m", "--pid=42", "--label=a=b"}, a));
   CHECK(a.lock_path == "/x");
