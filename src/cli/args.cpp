@@ -93,7 +93,10 @@ std::optional<std::int64_t> parse_pid(const std::string& text) {
 namespace {
 
 // The options every command takes, and each command's own.
-const std::vector<std::string> global_options = {"--lock", "--ttl", "--json", "--quiet", "--help", "--version"};
+const std::vector<std::string>& global_options() {
+  static const std::vector<std::string> o = {"--lock", "--ttl", "--json", "--quiet", "--help", "--version"};
+  return o;
+}
 const std::map<std::string, std::vector<std::string>>& command_options() {
   static const std::map<std::string, std::vector<std::string>> t = {
       {"path", {"--explain"}},
@@ -281,7 +284,7 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
       if (v != "warn" && v != "term") return "invalid value for --on-lost: '" + v + "' (warn or term)";
       out.on_lost_term = v == "term";
     } else if (!a.empty() && a[0] == '-') {
-      std::vector<std::string> known = global_options;
+      std::vector<std::string> known = global_options();
       if (auto it = command_options().find(cmd); it != command_options().end())
         known.insert(known.end(), it->second.begin(), it->second.end());
       return cmd.empty() ? "unknown option '" + a + "'" + suggestion(a, known)

@@ -5,13 +5,13 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <stdio.h>
-#include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <system_error>
 #include <vector>
 
 #include "posix/sys.hpp"
@@ -20,7 +20,7 @@ namespace offload_lock::cli::os {
 
 namespace {
 
-std::string why(int err) { return err ? std::string(::strerror(err)) : std::string("failed"); }
+std::string why(int err) { return err ? std::error_code(err, std::generic_category()).message() : std::string("failed"); }
 
 }  // namespace
 
