@@ -209,8 +209,13 @@ result<lock> acquire_slot(const lock_options& opt, const std::string& path, int 
   return acquirer::make(gate, true, gpu);
 }
 
-// The first free of N slots: each round tries every slot once (wait 0),
-// then waits for a change at any of them, on one watcher for all.
+bool slot_allowed(const lock_options& opt, int k) {
+  return opt.allowed_gpus.empty() || std::find(opt.allowed_gpus.begin(), opt.allowed_gpus.end(), k) != opt.allowed_gpus.end();
+}
+
+// The first free of N slots (those allowed): each round tries every slot
+// once (wait 0), then waits for a change at any of them, on one watcher for
+// all.
 result<lock> acquire_any(const lock_options& opt, const std::string& base) {
   const int n = opt.gpus;
   const std::int64_t deadline = deadline_for(opt.wait);
@@ -219,9 +224,9 @@ result<lock> acquire_any(const lock_options& opt, const std::string& base) {
   std::vector<int> order;
   if (auto env_path = inherited_path(); env_path && opt.inherit)
     for (int k = 0; k < n; ++k)
-      if (clean_path(*env_path) == clean_path(gpu_slot_path(base, k))) order.push_back(k);
+      if (slot_allowed(opt, k) && clean_path(*env_path) == clean_path(gpu_slot_path(base, k))) order.push_back(k);
   for (int k = 0; k < n; ++k)
-    if (order.empty() || order.front() != k) order.push_back(k);
+    if (slot_allowed(opt, k) && (order.empty() || order.front() != k)) order.push_back(k);
 
   const auto slots = static_cast<std::size_t>(n);
   wait_report rep(opt, base, -1, n);
@@ -250,6 +255,7 @@ result<lock> acquire_any(const lock_options& opt, const std::string& base) {
     std::int64_t timeout = -1;
     bool changed = false;
     for (std::size_t k = 0; k < slots && !changed; ++k) {
+      if (!slot_allowed(opt, static_cast<int>(k))) continue;
       auto t = open_target(gpu_slot_path(base, static_cast<int>(k)));
       if (!t) return t.error();
       auto d = inspect_target(*t, opt.ttl.count(), opt.grace.count(), pv, &seen[k]);
@@ -288,6 +294,9 @@ result<lock> acquirer::acquire(const lock_options& opt, const std::string& base)
     return error(errc::bad_input, "GPU count " + std::to_string(opt.gpus) + " (1 to " + std::to_string(max_gpus) + ")");
   if (opt.gpu >= max_gpus || (opt.gpus > 1 && opt.gpu >= opt.gpus))
     return error(errc::bad_input, "GPU slot " + std::to_string(opt.gpu) + " of " + std::to_string(opt.gpus));
+  for (int k : opt.allowed_gpus)
+    if (k < 0 || k >= opt.gpus || opt.gpus == 1 || opt.gpu >= 0)
+      return error(errc::bad_input, "allowed GPU slot " + std::to_string(k) + " of " + std::to_string(opt.gpus));
   if (opt.gpus == 1 || opt.gpu >= 0) {
     const int k = std::max(0, opt.gpu);
     wait_report rep(opt, base, opt.gpu, opt.gpus);

@@ -77,6 +77,10 @@ struct lock_options {
   // which slot is held. N outside 1..max_gpus, or K >= N > 1, is bad_input.
   int gpus = 1;
   int gpu = -1;
+  // With gpus = N > 1 and gpu = -1: the slots the acquisition may take
+  // (each in 0..N-1, else bad_input); empty allows all N. The command uses
+  // it for the GPUs a CUDA_VISIBLE_DEVICES list allows.
+  std::vector<int> allowed_gpus;
   // Register in the waiter registry while waiting, so `status` and
   // waiters() list this process.
   bool register_waiter = true;

@@ -2,9 +2,12 @@
 // unit-tested and fuzzed on its own.
 #include "cli/args.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <map>
+#include <utility>
 
 #include "cli/escape.hpp"
 
@@ -43,80 +46,38 @@ std::string one_line(const std::string& message) {
   });
 }
 
-const std::map<std::string, std::string>& helps() {
-  static const std::map<std::string, std::string> h = {
-      {"path",
-       "offload-lock path [--explain]\n"
-       "  Print the lock path in use: --lock, else $GPU_LOCK, else <tmpdir>/local-offload-gpu.lock\n"
-       "  where tmpdir is the first non-empty of $TMPDIR, $TMP, $TEMP, else /tmp (as Node resolves it).\n"
-       "  --explain  also say which rule chose it, and the path Go readers use when it differs\n"
-       "             (Go reads only $TMPDIR).\n"},
-      {"status",
-       "offload-lock status [--watch] [--prometheus] [--gpus N|auto | --gpu K]\n"
-       "  Show who holds the lock and who waits for it: one line for the holder, one per waiting\n"
-       "  offload-lock process (oldest first). Exit 0 when held (every slot held, with several\n"
-       "  GPUs), 1 when free. With --json, one object: path, held, pid, startedAt, heldForMs,\n"
-       "  label, host, token, stale, ownerUid, slots (one such object per GPU slot) and waiters\n"
-       "  (pid, label, host, since, waitedMs, gpu, gpus).\n"
-       "  --watch       redraw whenever the holder or the queue changes, until interrupted\n"
-       "  --prometheus  print the node_exporter textfile-collector format instead (exit 0)\n"
-       "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
-      {"acquire",
-       "offload-lock acquire [--wait DUR] [--remind DUR] [--pid PID] [--label TEXT] [--gpus N|auto | --gpu K]\n"
-       "  Take the lock on behalf of PID (default: the calling process's parent, so a script or\n"
-       "  Node runner calling this command is the recorded holder) and print its token. The lock\n"
-       "  stays held after this command exits; a background keeper refreshes it while PID lives\n"
-       "  and releases it when PID exits. Exit 0 taken, 1 busy when --wait ends (default forever).\n"
-       "  With --gpus or --gpu it prints the token and the slot taken: TOKEN K.\n"},
-      {"release",
-       "offload-lock release [--pid PID | --token TOKEN] [--force] [--gpus N|auto | --gpu K]\n"
-       "  Remove the lock only if that holder holds it (default: --pid of the calling process's\n"
-       "  parent). Exit 0 released or already free, 3 held by someone else. --force removes it\n"
-       "  anyway and says whose it was. With --gpus N, the slot among 0..N-1 held by that holder.\n"},
-      {"run",
-       "offload-lock run [--wait DUR] [--remind DUR] [--label TEXT] [--busy-exit N] [--on-lost warn|term]\n"
-       "                 [--gpus N|auto | --gpu K] -- CMD [ARG...]\n"
-       "  Hold the lock while CMD runs and exit with CMD's status (128+N when killed by signal N).\n"
-       "  CMD's pid is the recorded holder, so the lock stays held while CMD lives even if\n"
-       "  offload-lock itself is killed. SIGINT, SIGTERM and SIGHUP sent to offload-lock go to CMD.\n"
-       "  CMD sees OFFLOAD_LOCK_PATH and OFFLOAD_LOCK_TOKEN: offload-lock commands and library calls\n"
-       "  inside it pass straight through instead of waiting on their own parent.\n"
-       "  If someone else removes or replaces the lock while CMD runs, offload-lock says so on\n"
-       "  stderr; with --on-lost term it also sends CMD SIGTERM.\n"
-       "  Exit 1 (or N with --busy-exit) when still busy after --wait. With --gpus or --gpu, CMD\n"
-       "  also sees CUDA_VISIBLE_DEVICES naming the GPU of the slot taken.\n"},
-      {"hold",
-       "offload-lock hold [--wait DUR] [--remind DUR] [--label TEXT] [--gpus N|auto | --gpu K]\n"
-       "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
-       "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
-       "  --wait, 5 when the lock was taken from it meanwhile. The json has the slot as \"gpu\".\n"},
-      {"wait-free",
-       "offload-lock wait-free [--wait DUR] [--poll DUR]\n"
-       "  Exit 0 as soon as the lock is free, 1 if still held when --wait ends. Wakes on the lock's\n"
-       "  removal and its holder's death; --poll (default 1s) is the re-check period where the file\n"
-       "  system gives no notifications.\n"},
-  };
-  return h;
-}
-
 }  // namespace
 
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
   using ms = std::chrono::milliseconds;
   if (text == "forever") return ms::max();
-  std::string num = text;
-  double unit = 1000.0;
-  auto ends = [&](const char* suffix) {
-    std::string s(suffix);
-    return num.size() > s.size() && num.compare(num.size() - s.size(), s.size(), s) == 0;
-  };
-  if (ends("ms")) { unit = 1.0; num.resize(num.size() - 2); }
-  else if (ends("s")) { unit = 1000.0; num.resize(num.size() - 1); }
-  else if (ends("m")) { unit = 60'000.0; num.resize(num.size() - 1); }
-  else if (ends("h")) { unit = 3'600'000.0; num.resize(num.size() - 1); }
-  auto v = decimal(num);
-  if (!v) return std::nullopt;
-  double total = std::ceil(*v * unit);
+  double total = 0;
+  if (auto v = decimal(text)) {
+    total = *v * 1000.0;  // a bare number is seconds
+  } else {
+    // Groups of a number and a unit, each unit smaller than the one before:
+    // 1h30m, 2m30s, 1d, 1m0.5s.
+    static const std::pair<const char*, double> units[] = {
+        {"d", 86'400'000.0}, {"h", 3'600'000.0}, {"m", 60'000.0}, {"s", 1000.0}, {"ms", 1.0}};
+    std::size_t at = 0, next_unit = 0;
+    if (text.empty()) return std::nullopt;
+    while (at < text.size()) {
+      const std::size_t num_end = text.find_first_not_of("0123456789.", at);
+      if (num_end == std::string::npos || num_end == at) return std::nullopt;
+      std::size_t unit_end = text.find_first_not_of("abcdefghijklmnopqrstuvwxyz", num_end);
+      if (unit_end == std::string::npos) unit_end = text.size();
+      const std::string unit = text.substr(num_end, unit_end - num_end);
+      std::size_t u = next_unit;
+      while (u < std::size(units) && unit != units[u].first) ++u;
+      if (u == std::size(units)) return std::nullopt;
+      auto v = decimal(text.substr(at, num_end - at));
+      if (!v) return std::nullopt;
+      total += *v * units[u].second;
+      next_unit = u + 1;
+      at = unit_end;
+    }
+  }
+  total = std::ceil(total);
   // Ten years is far beyond any real wait; larger values are a typo.
   if (!std::isfinite(total) || total > 315'360'000'000.0) return std::nullopt;
   return ms(static_cast<long long>(total));
@@ -131,9 +92,77 @@ std::optional<std::int64_t> parse_pid(const std::string& text) {
 
 namespace {
 
+// The options every command takes, and each command's own.
+const std::vector<std::string>& global_options() {
+  static const std::vector<std::string> o = {"--lock", "--ttl", "--json", "--quiet", "--help", "--version"};
+  return o;
+}
+const std::map<std::string, std::vector<std::string>>& command_options() {
+  static const std::map<std::string, std::vector<std::string>> t = {
+      {"path", {"--explain"}},
+      {"status", {"--watch", "--prometheus", "--gpus", "--gpu"}},
+      {"acquire", {"--wait", "--remind", "--pid", "--label", "--gpus", "--gpu"}},
+      {"release", {"--pid", "--token", "--force", "--gpus", "--gpu"}},
+      {"run", {"--wait", "--remind", "--label", "--busy-exit", "--on-lost", "--gpus", "--gpu"}},
+      {"hold", {"--wait", "--remind", "--label", "--gpus", "--gpu"}},
+      {"wait-free", {"--wait", "--poll"}},
+      {"doctor", {}},
+      {"help", {}},
+  };
+  return t;
+}
+
+// Short options and what they stand for.
+std::string long_form(const std::string& a) {
+  if (a == "-h") return "--help";
+  if (a == "-q") return "--quiet";
+  if (a == "-j") return "--json";
+  if (a == "-w") return "--wait";
+  if (a == "-l") return "--label";
+  return a;
+}
+
+// Edit distance (insertions, deletions, substitutions, adjacent swaps).
+std::size_t distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// " (did you mean 'X'?)" for the nearest of `choices`, when near enough to
+// be a typo; empty otherwise.
+std::string suggestion(const std::string& typed, const std::vector<std::string>& choices) {
+  if (typed.size() > 64) return {};
+  std::string best;
+  std::size_t best_d = 3;
+  for (const auto& c : choices) {
+    const std::size_t dist = distance(typed, c);
+    // A prefix of one option is that option (--prom for --prometheus).
+    const bool prefix = typed.size() >= 4 && c.compare(0, typed.size(), typed) == 0;
+    if (prefix || dist < best_d) {
+      best = c;
+      best_d = prefix ? 0 : dist;
+    }
+  }
+  return best.empty() ? std::string() : " (did you mean '" + best + "'?)";
+}
+
 std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args& out) {
   std::size_t i = 0;
+  // The value given as --opt=value, until the option takes it.
+  std::optional<std::string> inline_value;
   auto value = [&](const std::string& flag, std::string& into) -> std::optional<std::string> {
+    if (inline_value) {
+      into = *inline_value;
+      inline_value.reset();
+      return std::nullopt;
+    }
     if (i + 1 >= argv.size()) return flag + " needs a value";
     into = argv[++i];
     return std::nullopt;
@@ -143,25 +172,41 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
     if (auto e = value(flag, v)) return e;
     auto d = parse_duration(v);
     if (!d) return "invalid duration for " + flag + ": '" + v +
-                   "' (use 0, seconds, a number with ms/s/m/h, or forever)";
+                   "' (use 0, seconds, a number with ms, s, m, h or d, a compound such as 1h30m, or forever)";
     into = *d;
     return std::nullopt;
   };
   const std::string& cmd = out.command;
-  auto allowed = [&](std::initializer_list<const char*> cmds) {
-    for (const char* c : cmds)
-      if (cmd == c) return true;
-    return false;
+  // Whether the command on the line so far takes option `a`.
+  auto takes = [&](const std::string& a) {
+    auto it = command_options().find(cmd);
+    return it != command_options().end() && std::find(it->second.begin(), it->second.end(), a) != it->second.end();
   };
   for (; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (cmd == "run" && (a == "--" || (!a.empty() && a[0] != '-'))) {
-      std::size_t from = a == "--" ? i + 1 : i;
+    if (cmd == "run" && (argv[i] == "--" || (!argv[i].empty() && argv[i][0] != '-'))) {
+      std::size_t from = argv[i] == "--" ? i + 1 : i;
       out.cmd.assign(argv.begin() + static_cast<std::ptrdiff_t>(from), argv.end());
       if (out.cmd.empty()) return std::string("run needs a command after --");
       break;
     }
-    if (a == "--help" || a == "-h") {
+    std::string a = long_form(argv[i]);
+    inline_value.reset();
+    if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
+      if (auto eq = a.find('='); eq != std::string::npos) {
+        inline_value = a.substr(eq + 1);
+        a.resize(eq);
+      }
+    }
+    if (cmd == "help") {
+      // help [COMMAND]: that command's help.
+      if (a == "--help") a = "help";  // help --help: help's own
+      else if (a.empty() || a[0] == '-') return "help takes a command name, not '" + a + "'";
+      if (!command_options().count(a)) return "unknown command '" + a + "'" + suggestion(a, command_names());
+      out.command = a;
+      if (i + 1 < argv.size()) return "help takes one command, not '" + argv[i + 1] + "' too";
+      return std::nullopt;
+    }
+    if (a == "--help") {
       out.help = true;
     } else if (a == "--version") {
       out.version = true;
@@ -173,36 +218,38 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
       if (out.ttl.count() <= 0) return std::string("--ttl must be longer than 0");
     } else if (a == "--json") {
       out.json = true;
-    } else if (a == "--quiet" || a == "-q") {
+    } else if (a == "--quiet") {
       out.quiet = true;
     } else if (cmd.empty() && !a.empty() && a[0] != '-') {
-      if (!helps().count(a)) return "unknown command '" + a + "' (see offload-lock --help)";
+      if (!command_options().count(a))
+        return "unknown command '" + a + "'" + suggestion(a, command_names()) + " (see offload-lock --help)";
       out.command = a;
-    } else if (a == "--explain" && allowed({"path"})) {
+      if (a == "help") out.help = true;
+    } else if (a == "--explain" && takes(a)) {
       out.explain = true;
-    } else if (a == "--wait" && allowed({"acquire", "run", "hold", "wait-free"})) {
+    } else if (a == "--wait" && takes(a)) {
       std::chrono::milliseconds w{};
       if (auto e = duration(a, w)) return e;
       out.wait = w;
-    } else if (a == "--poll" && allowed({"wait-free"})) {
+    } else if (a == "--poll" && takes(a)) {
       if (auto e = duration(a, out.poll)) return e;
       if (out.poll.count() <= 0 || out.poll == std::chrono::milliseconds::max())
         return std::string("--poll must be a finite duration longer than 0");
-    } else if (a == "--pid" && allowed({"acquire", "release"})) {
+    } else if (a == "--pid" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;
       auto p = parse_pid(v);
       if (!p) return "invalid pid for --pid: '" + v + "' (a positive process id)";
       out.pid = *p;
-    } else if (a == "--token" && allowed({"release"})) {
+    } else if (a == "--token" && takes(a)) {
       if (auto e = value(a, out.token)) return e;
       if (out.token.empty()) return std::string("--token needs a non-empty token");
-    } else if (a == "--force" && allowed({"release"})) {
+    } else if (a == "--force" && takes(a)) {
       out.force = true;
-    } else if (a == "--label" && allowed({"acquire", "run", "hold"})) {
+    } else if (a == "--label" && takes(a)) {
       if (auto e = value(a, out.label)) return e;
       if (out.label.size() > 1024) return std::string("--label is longer than 1024 bytes");
-    } else if (a == "--gpus" && allowed({"acquire", "run", "hold", "status", "release"})) {
+    } else if (a == "--gpus" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;
       if (v == "auto") {
@@ -213,37 +260,45 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
         out.gpus = std::stoi(v);
         out.gpus_auto = false;
       }
-    } else if (a == "--gpu" && allowed({"acquire", "run", "hold", "status", "release"})) {
+    } else if (a == "--gpu" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;
       if (!all_digits(v) || v.size() > 4 || std::stoi(v) > 1023)
         return "invalid GPU slot for --gpu: '" + v + "' (0 to 1023)";
       out.gpu = std::stoi(v);
-    } else if (a == "--remind" && allowed({"acquire", "run", "hold"})) {
+    } else if (a == "--remind" && takes(a)) {
       if (auto e = duration(a, out.remind)) return e;
-    } else if (a == "--watch" && allowed({"status"})) {
+    } else if (a == "--watch" && takes(a)) {
       out.watch = true;
-    } else if (a == "--prometheus" && allowed({"status"})) {
+    } else if (a == "--prometheus" && takes(a)) {
       out.prometheus = true;
-    } else if (a == "--busy-exit" && allowed({"run"})) {
+    } else if (a == "--busy-exit" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;
       if (!all_digits(v) || v.size() > 3 || std::stoi(v) > 255)
         return "invalid exit code for --busy-exit: '" + v + "' (0 to 255)";
       out.busy_exit = std::stoi(v);
-    } else if (a == "--on-lost" && allowed({"run"})) {
+    } else if (a == "--on-lost" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;
       if (v != "warn" && v != "term") return "invalid value for --on-lost: '" + v + "' (warn or term)";
       out.on_lost_term = v == "term";
     } else if (!a.empty() && a[0] == '-') {
-      return cmd.empty() ? "unknown option '" + a + "'"
-                         : "unknown option '" + a + "' for " + cmd + " (see offload-lock " + cmd + " --help)";
+      std::vector<std::string> known = global_options();
+      if (auto it = command_options().find(cmd); it != command_options().end())
+        known.insert(known.end(), it->second.begin(), it->second.end());
+      return cmd.empty() ? "unknown option '" + a + "'" + suggestion(a, known)
+                         : "unknown option '" + a + "' for " + cmd + suggestion(a, known) + " (see offload-lock " +
+                               cmd + " --help)";
     } else {
       return "unexpected argument '" + a + "' for " + cmd;
     }
+    if (inline_value) return a + " takes no value";
   }
-  if (out.help || out.version) return std::nullopt;
+  if (out.help || out.version) {
+    if (out.command == "help") out.command.clear();  // help alone: the overview
+    return std::nullopt;
+  }
   if (cmd.empty()) return std::string("no command given (see offload-lock --help)");
   if (cmd == "run" && out.cmd.empty()) return std::string("run needs a command: offload-lock run -- CMD [ARG...]");
   if (out.pid && !out.token.empty()) return std::string("release takes --pid or --token, not both");
@@ -261,44 +316,6 @@ std::optional<std::string> parse(const std::vector<std::string>& argv, args& out
   auto e = parse_argv(argv, out);
   if (e) *e = one_line(*e);
   return e;
-}
-
-std::string usage() {
-  std::string u =
-      "usage: offload-lock [--lock PATH] [--ttl DUR] [--json] [--quiet] COMMAND ...\n"
-      "\n"
-      "One machine-wide GPU lock shared with the Node render runners (gpu-lock.mjs) and the Go\n"
-      "readers (gpulock): a directory holding meta.json {pid, startedAt}.\n"
-      "\n"
-      "global options:\n"
-      "  --lock PATH   the lock directory (default: $GPU_LOCK, else <tmpdir>/local-offload-gpu.lock)\n"
-      "  --ttl DUR     a holder whose meta.json is older than this is stale (default 1h)\n"
-      "  --json        machine-readable output (status, acquire, hold, path)\n"
-      "  --quiet       no progress messages on stderr\n"
-      "\n"
-      "commands:\n";
-  for (const auto& [name, text] : helps()) u += "  " + text.substr(0, text.find('\n')).substr(13) + "\n";
-  u +=
-      "\n"
-      "DUR: 0, seconds as a number (fractions allowed), a number with ms, s, m or h, or forever.\n"
-      "--wait defaults to forever.\n"
-      "\n"
-      "while acquire, run and hold wait, stderr shows who holds the lock: on a terminal one line\n"
-      "kept up to date in place; otherwise a line each time the holder changes and a reminder\n"
-      "every --remind DUR (default 1m; 0: none). --quiet silences both.\n"
-      "\n"
-      "several GPUs: --gpus N (or auto: counted from /proc/driver/nvidia/gpus or nvidia-smi -L)\n"
-      "takes the first free of N slots, slot 0 being the lock path itself and slot K the path\n"
-      "with the suffix .gpuK; --gpu K takes slot K only.\n"
-      "\n"
-      "exit codes: 0 ok, 1 busy (status: free; wait-free: still held), 2 usage error,\n"
-      "            3 not the owner, 4 system error, 5 lock lost; run exits with CMD's status.\n";
-  return u;
-}
-
-std::string command_help(const std::string& command) {
-  auto it = helps().find(command);
-  return it == helps().end() ? usage() : it->second;
 }
 
 }  // namespace offload_lock::cli

@@ -43,19 +43,27 @@ struct args {
 };
 
 // Parses a DUR: "0", seconds as a decimal number (fractions allowed), a
-// number with ms, s, m or h, or "forever" (returned as milliseconds::max()).
-// nullopt for anything else (negative, empty, junk, overflow).
+// number with ms, s, m, h or d, a compound of those with each unit smaller
+// than the one before ("1h30m", "2m30s", "1d12h"), or "forever" (returned
+// as milliseconds::max()). nullopt for anything else (negative, empty,
+// junk, overflow, a unit repeated or out of order).
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
 // A positive decimal pid that fits the kernel's pid_t.
 std::optional<std::int64_t> parse_pid(const std::string& text);
 
-// Parses argv (without the program name). On a usage error returns the
-// one-line message and leaves `out` partly filled.
+// Parses argv (without the program name). --opt=value is --opt value; -h,
+// -q, -j, -w and -l are --help, --quiet, --json, --wait and --label. An
+// unknown command or option is answered with the nearest known one. On a
+// usage error returns the one-line message and leaves `out` partly filled.
+// (`help [COMMAND]` sets help, and command to COMMAND or empty.)
 std::optional<std::string> parse(const std::vector<std::string>& argv, args& out);
 
-// `offload-lock --help`, and the per-command help.
+// `offload-lock --help` (the overview), and the per-command help
+// (cli/help.cpp).
 std::string usage();
 std::string command_help(const std::string& command);
+// Every command, help included, in the overview's order.
+std::vector<std::string> command_names();
 
 }  // namespace offload_lock::cli
 

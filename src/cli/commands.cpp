@@ -18,20 +18,24 @@
 #include "posix/child.hpp"
 #include "posix/os.hpp"
 #include "posix/signals.hpp"
+#include "posix/terminal.hpp"
 
 namespace offload_lock::cli {
 
 namespace {
 
-// Exit code and message for a failed acquisition.
-int acquire_failed(const error& e, const args& a, const gpu_plan& gpus, const std::string& path, int busy_code) {
+// Exit code and message for a failed acquisition with options `o`.
+int acquire_failed(const error& e, const args& a, const lock_options& o, const std::string& path, int busy_code) {
   if (e == errc::busy || e == errc::timed_out) {
     if (!a.quiet) {
       const std::string how = e == errc::busy ? "busy: " : "timed out: ";
-      if (gpus.slotted && a.gpu < 0 && gpus.count > 1) {
-        say(how + "all " + std::to_string(gpus.count) + " GPU slots of " + path + " are held");
+      if (o.gpu < 0 && o.gpus > 1 && !o.allowed_gpus.empty()) {
+        say(how + "the " + std::to_string(o.allowed_gpus.size()) + " GPU slots of " + path +
+            " that CUDA_VISIBLE_DEVICES allows are held");
+      } else if (o.gpu < 0 && o.gpus > 1) {
+        say(how + "all " + std::to_string(o.gpus) + " GPU slots of " + path + " are held");
       } else {
-        const std::string p = a.gpu > 0 ? gpu_slot_path(path, a.gpu) : path;
+        const std::string p = gpu_slot_path(path, o.gpu);
         say(how + p + " is " + status_line(inspect(p, a.ttl)));
       }
     }
@@ -53,6 +57,12 @@ lock_options options_for(const args& a, const gpu_plan& gpus, const std::string&
     o.gpus = gpus.count;
     o.gpu = gpus.gpu;
     if (o.gpu >= o.gpus) o.gpus = 1;  // --gpu K alone (or beyond what auto found): slot K only
+    // CUDA_VISIBLE_DEVICES allows one slot of the N: that one; some: those.
+    if (o.gpu < 0 && gpus.allowed.size() == 1) {
+      o.gpu = gpus.allowed.front();
+    } else if (o.gpu < 0 && !gpus.allowed.empty() && static_cast<int>(gpus.allowed.size()) < o.gpus) {
+      o.allowed_gpus = gpus.allowed;
+    }
   }
   report_waiting(o, a);
   return o;
@@ -116,7 +126,7 @@ int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
   o.heartbeat = false;
   auto l = lock::acquire(o);
   end_waiting_line();
-  if (!l) return acquire_failed(l.error(), a, gpus, path, exit_busy);
+  if (!l) return acquire_failed(l.error(), a, o, path, exit_busy);
   if (a.json) std::cout << dump(held_json(a, gpus, path, *l)) << std::endl;
   else if (gpus.slotted) std::cout << l->token() << " " << l->gpu() << std::endl;
   else std::cout << l->token() << std::endl;
@@ -126,12 +136,28 @@ int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
     return exit_ok;
   }
   // A detached keeper keeps the lock fresh while the holder lives and
-  // releases it when the holder exits.
+  // releases it when the holder exits. A holder that exits at once (the
+  // subshell of `tok=$(offload-lock acquire | tr -d ' ')`) is a mistake the
+  // caller does not see: the keeper says so on the caller's terminal.
+  const int terminal = a.quiet ? -1 : os::terminal_stderr_copy();
   auto keeper = os::fork_detached();
   if (keeper && *keeper) {
+    if (terminal >= 0) {
+      std::string warning;
+      if (os::exits_within(l->pid(), 1000))
+        warning = "offload-lock: " +
+                  printable("WARNING: the recorded holder, pid " + std::to_string(l->pid()) + " (" +
+                            os::command_name(l->pid()).value_or("gone") +
+                            "), exited within a second of acquire, and the lock was released with it. Record a "
+                            "process that lives as long as the work: acquire --pid $$ from the script itself, or "
+                            "offload-lock run -- CMD") +
+                  "\n";
+      os::write_and_close(terminal, warning);
+    }
     (void)l->hold_until_holder_exits();
     std::_Exit(0);
   }
+  os::write_and_close(terminal, "");
   l->detach();
   return exit_ok;
 }
@@ -203,19 +229,20 @@ int cmd_release(const args& a, const gpu_plan& gpus, const std::string& base) {
 }
 
 int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
-  // How many slots, before signals are caught: --gpus auto may run nvidia-smi.
   lock_options o = options_for(a, gpus, path);
-  // Signals are caught before anything else: one that arrives while waiting
-  // abandons the wait; one that arrives once CMD runs is passed on to it.
-  const int signals = os::catch_signals();
-  std::string token = new_token();
   // CMD's environment names the slot it runs on, known once it is taken.
+  // Made before signals are caught: naming the GPU may run nvidia-smi.
   std::vector<os::gated_child::env_list> per_slot;
   const int slots = o.gpu >= 0 ? o.gpu + 1 : o.gpus;
   for (int k = 0; k < slots; ++k) {
     per_slot.push_back({{env_lock_path, gpu_slot_path(path, k)}});
-    if (gpus.slotted) per_slot.back().emplace_back(env_cuda_devices, cuda_device(k));
+    if (gpus.slotted)
+      for (auto& kv : cuda_environment(gpus, k)) per_slot.back().push_back(std::move(kv));
   }
+  // Signals are caught before anything else: one that arrives while waiting
+  // abandons the wait; one that arrives once CMD runs is passed on to it.
+  const int signals = os::catch_signals();
+  std::string token = new_token();
   auto child = os::gated_child::fork_gated(a.cmd, {{env_lock_token, token}}, per_slot);
   if (!child) {
     say(child.error().message());
@@ -247,7 +274,7 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
     }
     child->abandon();
     if (l.error() == errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
-    return acquire_failed(l.error(), a, gpus, path, a.busy_exit);
+    return acquire_failed(l.error(), a, o, path, a.busy_exit);
   }
   const std::string shown = held_path(path, *l);
   if (auto e = child->start(l->gpu())) {
@@ -279,22 +306,22 @@ int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
   end_waiting_line();
   if (!l) {
     if (l.error() == errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
-    return acquire_failed(l.error(), a, gpus, path, exit_busy);
+    return acquire_failed(l.error(), a, o, path, exit_busy);
   }
   std::cout << "acquired " << dump(held_json(a, gpus, path, *l)) << std::endl;
   const std::string slot_path = held_path(path, *l);
   (void)os::wait_for_eof_or_signal();
-  const std::string token = l->token();  // release() empties the handle
   error e = l->release();
   if (e == errc::lost) {
-    // Released by its token from elsewhere (compat/node does this) leaves
-    // the path free: that is an ordinary end. Someone else's lock is not.
-    info now = inspect(slot_path, a.ttl);
-    if (now.held && now.token != token) {
-      if (!a.quiet) say("the lock had been taken over by " + who(now));
-      return exit_lost;
+    // Removed or replaced during the hold, by whatever means (a v1 runner's
+    // reclaim, release --force, a release by this hold's token from
+    // elsewhere): the GPU was not reserved for the whole hold.
+    if (!a.quiet) {
+      info now = inspect(slot_path, a.ttl);
+      say(now.held ? "the lock " + slot_path + " had been taken over by " + who(now)
+                   : "the lock " + slot_path + " had been removed by someone else during the hold");
     }
-    return exit_ok;
+    return exit_lost;
   }
   if (e) {
     say(e.message());

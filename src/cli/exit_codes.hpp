@@ -35,16 +35,24 @@ struct outcome {
 // errc::cancelled has no row: a wait abandoned by signal N ends 128+N.
 inline constexpr std::array<outcome, 6> outcomes = {{
     {"ok", 0, {}, {{{"OFFLOAD_LOCK_OK", 0}, {}}},
-     "done: taken, released or already free; `status`: held; `wait-free`: free"},
+     "done. `acquire`, `hold`: taken (`hold`: and kept untouched to the end); `release`: released, or "
+     "already free; `status`: held (with several GPUs, every slot shown); `wait-free`: free; `doctor`: "
+     "all well; `path`, `help`: always"},
     {"busy", 1, {errc::busy, errc::timed_out}, {{{"OFFLOAD_LOCK_BUSY", 1}, {"OFFLOAD_LOCK_TIMED_OUT", 2}}},
-     "busy when `--wait` ended; `status`: free; `wait-free`: still held"},
-    {"usage", 2, {errc::bad_input}, {{{"OFFLOAD_LOCK_INVALID", 5}, {}}}, "usage error (one line on stderr)"},
-    {"not_owner", 3, {}, {}, "`release`: someone else holds the lock (left in place)"},
+     "busy. `acquire`, `hold`: still held by someone else when `--wait` ended (at once with `--wait 0`), "
+     "or `hold`'s stdin closed while it waited; `run`: the same, unless `--busy-exit N`; `status`: free "
+     "(a slot shown is free); `wait-free`: still held when `--wait` ended; `doctor`: warnings"},
+    {"usage", 2, {errc::bad_input}, {{{"OFFLOAD_LOCK_INVALID", 5}, {}}},
+     "usage error, any command: an unknown command or option, a malformed or missing value, no command, "
+     "`--gpu K` outside `CUDA_VISIBLE_DEVICES` (one line on stderr, nothing on stdout)"},
+    {"not_owner", 3, {}, {},
+     "`release`: held by someone else than the `--pid` or `--token` given (left in place)"},
     {"system", 4, {}, {{{"OFFLOAD_LOCK_ERROR", 4}, {}}},
-     "system error: permission, missing parent, not a directory, a stale lock that cannot be removed (one line on "
-     "stderr naming the path and the reason)"},
+     "system error, any command: permission, missing parent, not a directory, a stale lock that cannot be "
+     "removed, no space (one line on stderr naming the path and the reason)"},
     {"lost", 5, {errc::lost}, {{{"OFFLOAD_LOCK_LOST", 3}, {}}},
-     "`hold`: the lock was taken from this holder meanwhile"},
+     "`hold`: its lock was removed or replaced during the hold (a v1 runner's reclaim, `release --force`, "
+     "a release by its token from elsewhere), whether or not someone holds it now"},
 }};
 
 // The exit code of the outcome named `name`; -1 for a name not in the table.

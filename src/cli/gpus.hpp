@@ -1,33 +1,58 @@
 // GPU slots on the command line, resolved once per command.
-// How many slots a command uses (--gpus N, --gpus auto, --gpu K), the slots
-// that exist next to a lock, and the CUDA device of a slot.
+// How many slots a command uses (--gpus N, --gpus auto, --gpu K), which of
+// them CUDA_VISIBLE_DEVICES allows, the slots that exist next to a lock,
+// and what CMD is told about the GPU of the slot it got. Slot k is the
+// machine's GPU k in nvidia-smi's order (PCI bus order), whoever asks.
 #ifndef OFFLOAD_LOCK_SRC_CLI_GPUS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_GPUS_HPP
 
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/args.hpp"
+#include "cli/nvidia.hpp"
 
 namespace offload_lock::cli {
 
-// The slots of one command, resolved once: --gpus auto may run nvidia-smi.
+// The slots of one command, resolved once: it may run nvidia-smi.
 struct gpu_plan {
   bool slotted = false;  // the command line asked for GPU slots at all
   int count = 1;         // --gpus N, or the GPUs --gpus auto found (1 when none)
   int gpu = -1;          // --gpu K; -1 for any slot
+  // The slots among 0..count-1 this command may take (acquire, run, hold
+  // under a CUDA_VISIBLE_DEVICES list); empty: every one.
+  std::vector<int> allowed;
+  // For each slot CMD may get, a MIG device to name instead of the whole
+  // GPU (CUDA_VISIBLE_DEVICES named one); parallel to `allowed`.
+  std::vector<std::string> mig;
 };
 
-// The plan of `a`. With --gpus auto, counts the GPUs: the NVIDIA driver's
-// /proc/driver/nvidia/gpus entries, else the lines of `nvidia-smi -L`.
-gpu_plan plan_gpus(const args& a);
+// The plan of `a`. With --gpus auto, counts the GPUs (`nvidia-smi -L`, else
+// the driver's /proc/driver/nvidia/gpus entries); with none, says so on
+// stderr and uses one slot. For acquire, run and hold, CUDA_VISIBLE_DEVICES
+// restricts the slots. A usage error (a --gpu K outside that list, a list
+// that allows none of the slots) is returned in `usage_error`.
+gpu_plan plan_gpus(const args& a, std::string& usage_error);
+
+// The machine's GPUs from `nvidia-smi -L`, asked once per process and
+// remembered; nullopt when nvidia-smi cannot be run or fails.
+const std::optional<std::vector<gpu_device>>& machine_gpus();
+
+// The GPUs with their memory, utilization and compute processes (the two
+// --query-… forms of nvidia-smi), asked now; nullopt when nvidia-smi
+// cannot be run or fails.
+std::optional<std::vector<gpu_device>> gpu_usage();
 
 // Slots that exist next to the lock at `path` (path.gpu<k>), and slot 0:
 // how many `status` shows when no --gpus or --gpu says.
 int discover_slots(const std::string& path);
 
-// The CUDA device of slot k: the k-th entry of an inherited
-// CUDA_VISIBLE_DEVICES list when there is one, else k.
-std::string cuda_device(int k);
+// What CMD of `run` is told about slot k's GPU: CUDA_VISIBLE_DEVICES naming
+// that physical GPU (its UUID; else its index with CUDA_DEVICE_ORDER=
+// PCI_BUS_ID) and OFFLOAD_LOCK_GPU=k.
+std::vector<std::pair<std::string, std::string>> cuda_environment(const gpu_plan& plan, int k);
 
 }  // namespace offload_lock::cli
 

@@ -8,6 +8,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/doctor.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/gpus.hpp"
 #include "cli/output.hpp"
@@ -34,11 +35,21 @@ int main(int argc, char** argv) {
     std::cout << "offload-lock " << ol::version() << "\n";
     return exit_ok;
   }
-  const std::string path = ol::resolve_path(a.lock_path).path;
+  const ol::path_resolution resolved = ol::resolve_path(a.lock_path);
+  const std::string& path = resolved.path;
+  // The D7 split: Node's rule and ours read $TMP and $TEMP, Go's does not.
+  if (resolved.go_disagrees() && !a.quiet && (a.command == "run" || a.command == "acquire" || a.command == "status"))
+    say("note: Go readers (gpulock) look at " + resolved.go_path + ", not " + path +
+        ": Go reads only $TMPDIR; set TMPDIR or GPU_LOCK for both (offload-lock path --explain)");
   try {
     // Once per command, before any command catches signals: --gpus auto may
     // run nvidia-smi.
-    const gpu_plan gpus = plan_gpus(a);
+    std::string usage_error;
+    const gpu_plan gpus = plan_gpus(a, usage_error);
+    if (!usage_error.empty()) {
+      say(usage_error);
+      return exit_usage;
+    }
     if (a.command == "path") return cmd_path(a);
     if (a.command == "status") return cmd_status(a, gpus, path);
     if (a.command == "acquire") return cmd_acquire(a, gpus, path);
@@ -46,6 +57,7 @@ int main(int argc, char** argv) {
     if (a.command == "run") return cmd_run(a, gpus, path);
     if (a.command == "hold") return cmd_hold(a, gpus, path);
     if (a.command == "wait-free") return cmd_wait_free(a, path);
+    if (a.command == "doctor") return cmd_doctor(a);
   } catch (const std::exception& ex) {
     say(std::string("internal error: ") + ex.what());
     return exit_system;

@@ -14,7 +14,12 @@ std::string prom_quote(const std::string& v) { return "\"" + escape_text(v, show
 void say(const std::string& line) { os::write_stderr("offload-lock: " + printable(line) + "\n"); }
 
 std::string who(const info& i) {
-  std::string label = i.label.empty() ? "an unnamed holder" : i.label;
+  std::string label = i.label;
+  // A v1 holder records no label: the kernel's name of its process, when
+  // that process is on this host.
+  if (label.empty() && i.pid && (i.host.empty() || i.host == os::host_name()))
+    if (auto comm = os::command_name(*i.pid); comm && !comm->empty()) label = *comm;
+  if (label.empty()) label = "an unnamed holder";
   std::string s = label + " (pid " + (i.pid ? std::to_string(*i.pid) : "unknown");
   if (!i.host.empty()) s += ", host " + i.host;
   return s + ")";
@@ -24,7 +29,8 @@ std::string status_line(const info& i) {
   // A lock directory someone else owns (in a shared /tmp, another user's).
   std::string owner;
   if (i.owner_uid && *i.owner_uid != os::effective_uid())
-    owner = "; lock directory owned by uid " + std::to_string(*i.owner_uid);
+    owner = "; lock directory owned by uid " + std::to_string(*i.owner_uid) +
+            (os::user_name(*i.owner_uid) ? " (" + *os::user_name(*i.owner_uid) + ")" : std::string());
   if (i.held) {
     std::string doubt;
     // What the other participants would conclude, when it differs.

@@ -12,14 +12,22 @@ namespace offload_lock::cli {
 
 namespace {
 
-std::string holders_text(const std::vector<info>& hs) {
+// The slot whose lock is at `slot_path`, a slot of the lock at `base`.
+std::string slot_name(const std::string& base, const std::string& slot_path) {
+  const std::string prefix = base + ".gpu";
+  if (slot_path.size() > prefix.size() && slot_path.compare(0, prefix.size(), prefix) == 0)
+    return "gpu" + slot_path.substr(prefix.size());
+  return "gpu0";
+}
+
+std::string holders_text(const std::string& base, const std::vector<info>& hs) {
   if (hs.size() == 1) {
     const info& i = hs[0];
     return who(i) + ", held for " + describe_duration(i.held_for);
   }
   std::string s = "any of " + std::to_string(hs.size()) + " GPUs:";
   for (std::size_t k = 0; k < hs.size(); ++k)
-    s += std::string(k ? ";" : "") + " gpu" + std::to_string(k) + " " + who(hs[k]) + " " +
+    s += std::string(k ? ";" : "") + " " + slot_name(base, hs[k].path) + " " + who(hs[k]) + " " +
          describe_duration(hs[k].held_for);
   return s;
 }
@@ -34,9 +42,9 @@ void report_waiting(lock_options& o, const args& a) {
   if (width > 0) {
     // A terminal: one line, rewritten in place every second.
     o.progress_every = std::chrono::seconds(1);
-    o.on_progress = [width](const wait_progress& p) {
+    o.on_progress = [width, base = o.path](const wait_progress& p) {
       std::string line =
-          "offload-lock: waiting " + describe_duration(p.waited) + " for " + printable(holders_text(p.holders));
+          "offload-lock: waiting " + describe_duration(p.waited) + " for " + printable(holders_text(base, p.holders));
       if (static_cast<int>(line.size()) >= width) line.resize(static_cast<std::size_t>(std::max(1, width - 1)));
       os::write_stderr("\r\x1b[K" + line);
       g_waiting_line = true;
@@ -44,9 +52,9 @@ void report_waiting(lock_options& o, const args& a) {
   } else {
     // A log: a line when the holder changes, and a reminder now and then.
     o.progress_every = a.remind == std::chrono::milliseconds::max() ? std::chrono::milliseconds(0) : a.remind;
-    o.on_progress = [](const wait_progress& p) {
-      if (p.changed) say("waiting for " + holders_text(p.holders));
-      else say("still waiting for " + holders_text(p.holders) + "; waited " + describe_duration(p.waited));
+    o.on_progress = [base = o.path](const wait_progress& p) {
+      if (p.changed) say("waiting for " + holders_text(base, p.holders));
+      else say("still waiting for " + holders_text(base, p.holders) + "; waited " + describe_duration(p.waited));
     };
   }
 }

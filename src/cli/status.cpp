@@ -2,6 +2,7 @@
 #include "cli/status.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/devices.hpp"
 #include "cli/output.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/watch.hpp"
@@ -20,14 +22,19 @@ namespace offload_lock::cli {
 
 namespace {
 
+constexpr auto gpu_usage_every = std::chrono::seconds(5);
+
 struct board {
   std::vector<info> slots;
+  std::vector<std::optional<gpu_device>> devices;  // each slot's GPU, as nvidia-smi reported it
   std::vector<waiter> waiters;
   std::string problem;
   bool multi = false;
 };
 
-board look(const args& a, const gpu_plan& gpus, const std::string& path) {
+// `usage`: what nvidia-smi last said about the GPUs (nullopt: nothing).
+board look(const args& a, const gpu_plan& gpus, const std::string& path,
+           const std::optional<std::vector<gpu_device>>& usage) {
   board b;
   b.waiters = waiters(path);
   int n = gpus.count;
@@ -43,6 +50,7 @@ board look(const args& a, const gpu_plan& gpus, const std::string& path) {
   for (int k : shown) {
     info i = inspect(gpu_slot_path(path, k), a.ttl);
     if (!i.problem.empty() && b.problem.empty()) b.problem = i.problem;
+    b.devices.push_back(device_of_slot(usage, k, i));
     b.slots.push_back(std::move(i));
   }
   if (a.gpu >= 0)
@@ -70,6 +78,7 @@ std::string render(const board& b, const args& a) {
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     if (b.multi) out += "gpu" + std::to_string(slot_of(a, k)) + ": ";
     out += status_line(b.slots[k]) + "\n";
+    if (b.devices[k]) out += device_text(*b.devices[k]);
   }
   // A waiter's label and host are its own words: escaped like the holder's.
   for (const auto& w : b.waiters) out += printable(waiter_line(w, b.multi)) + "\n";
@@ -91,10 +100,12 @@ ojson waiter_json(const waiter& w) {
 ojson board_json(const board& b, const args& a) {
   ojson j = to_json(b.slots.front());
   j["gpu"] = slot_of(a, 0);
+  j["device"] = device_json(b.devices.front());
   ojson slots = ojson::array();
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     ojson s = to_json(b.slots[k]);
     s["gpu"] = slot_of(a, k);
+    s["device"] = device_json(b.devices[k]);
     slots.push_back(std::move(s));
   }
   j["slots"] = std::move(slots);
@@ -136,6 +147,30 @@ std::string prometheus(const board& b, const args& a, const std::string& path) {
       out += "offload_lock_holder_info" + l + ",label=" + prom_quote(b.slots[k].label) + ",host=" +
              prom_quote(b.slots[k].host) + "} 1\n";
     }
+  // The GPU under each slot, where nvidia-smi reported it.
+  auto per_device = [&](const char* name, const char* help, auto value) {
+    family(name, help);
+    for (std::size_t k = 0; k < b.slots.size(); ++k)
+      if (b.devices[k])
+        if (auto v = value(*b.devices[k])) out += name + labels(k) + " " + *v + "\n";
+  };
+  auto mib_bytes = [](const std::optional<std::int64_t>& mib) -> std::optional<std::string> {
+    if (!mib) return std::nullopt;
+    return std::to_string(*mib * 1024 * 1024);
+  };
+  per_device("offload_lock_gpu_memory_used_bytes", "GPU memory in use on the slot's GPU (nvidia-smi).",
+             [&](const gpu_device& d) { return mib_bytes(d.memory_used_mib); });
+  per_device("offload_lock_gpu_memory_total_bytes", "GPU memory of the slot's GPU (nvidia-smi).",
+             [&](const gpu_device& d) { return mib_bytes(d.memory_total_mib); });
+  per_device("offload_lock_gpu_utilization_ratio", "Utilization of the slot's GPU, 0 to 1 (nvidia-smi).",
+             [](const gpu_device& d) -> std::optional<std::string> {
+               if (!d.utilization_pct) return std::nullopt;
+               char buf[16];
+               (void)std::snprintf(buf, sizeof buf, "%.2f", *d.utilization_pct / 100.0);
+               return std::string(buf);
+             });
+  per_device("offload_lock_gpu_unlocked_processes", "Processes using the slot's GPU without holding its lock.",
+             [](const gpu_device& d) -> std::optional<std::string> { return std::to_string(unlocked_processes(d)); });
   const std::string lock_label = "{lock=" + prom_quote(path) + "}";
   family("offload_lock_waiters", "offload-lock processes waiting for the GPU lock.");
   out += "offload_lock_waiters" + lock_label + " " + std::to_string(b.waiters.size()) + "\n";
@@ -152,6 +187,10 @@ std::string shape_of(const board& b) {
   std::string s;
   for (const auto& i : b.slots) s += i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + (i.held ? "h" : i.present ? "s" : "f") + ";";
   for (const auto& w : b.waiters) s += std::to_string(w.pid) + "@" + std::to_string(w.since) + ";";
+  for (const auto& d : b.devices)
+    if (d)
+      for (const auto& p : d->processes)
+        s += "gpu" + std::to_string(d->index) + ":" + std::to_string(p.pid) + (p.holds_lock ? "+;" : "-;");
   return s;
 }
 
@@ -166,9 +205,19 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
   change_watch feed(path);
   std::string last_shape, last_text;
   bool first = true;
+  // nvidia-smi is asked again at most every few seconds, not on every redraw.
+  std::optional<std::vector<gpu_device>> usage;
+  std::optional<std::chrono::steady_clock::time_point> asked;
   for (;;) {
     const bool dirs_watched = feed.arm_directories();
-    board b = look(a, gpus, path);
+    if (!asked || std::chrono::steady_clock::now() - *asked >= gpu_usage_every) {
+      usage = gpu_usage();
+      asked = std::chrono::steady_clock::now();
+      // nvidia-smi's exit queued a SIGCHLD in the signal pipe: drop it, so
+      // only a real signal ends the watch.
+      if (os::take_signal() != 0) break;
+    }
+    board b = look(a, gpus, path, usage);
     std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + b.problem + "\n";
     const std::string shape = shape_of(b) + b.problem;
     if (tty) {
@@ -192,15 +241,14 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
     auto armed = feed.arm_processes(pids);
     if (armed == change_watch::processes::gone) continue;  // one died since the look
     if (!dirs_watched || armed == change_watch::processes::unwatched) timeout = std::min<std::int64_t>(timeout, 1000);
-    if (!feed.wait(milliseconds(timeout), {signals})) {
-      if (tty) std::cout << "\n" << std::flush;
-      return exit_ok;
-    }
+    if (!feed.wait(milliseconds(timeout), {signals}) && os::take_signal() != 0) break;
   }
+  if (tty) std::cout << "\n" << std::flush;
+  return exit_ok;
 }
 
 int print_status(const args& a, const gpu_plan& gpus, const std::string& path) {
-  board b = look(a, gpus, path);
+  board b = look(a, gpus, path, gpu_usage());
   if (!b.problem.empty()) {
     if (a.json && !a.prometheus) {
       ojson j = board_json(b, a);
@@ -216,7 +264,7 @@ int print_status(const args& a, const gpu_plan& gpus, const std::string& path) {
     return exit_ok;
   }
   if (a.json) std::cout << dump(board_json(b, a)) << "\n";
-  else std::cout << render(b, a);
+  else std::cout << render(b, a) << printable("lock: " + path) << "\n";
   bool all_held = std::all_of(b.slots.begin(), b.slots.end(), [](const info& i) { return i.held; });
   return all_held ? exit_ok : exit_busy;
 }

@@ -1,7 +1,8 @@
 // The few facts the offload-lock command reads from the system.
 // An environment variable, its parent's pid, its effective uid, the names
-// in a directory, how a path splits into parent and name. Thin calls over
-// the library's seam (posix/sys.hpp).
+// in a directory, how a path splits into parent and name, another process's
+// parent and name, a user's name. Thin calls over the library's seam
+// (posix/sys.hpp) and the password database.
 #ifndef OFFLOAD_LOCK_SRC_POSIX_OS_HPP
 #define OFFLOAD_LOCK_SRC_POSIX_OS_HPP
 
@@ -29,6 +30,21 @@ std::optional<std::vector<std::string>> list_names(const std::string& path);
 // accident (`offload-lock hold <&-` would read its own pipe). First thing in
 // main().
 void open_missing_standard_fds();
+
+// The parent pid of process `pid` (/proc/<pid>/stat); nullopt when it
+// cannot be read.
+std::optional<std::int64_t> parent_of(std::int64_t pid);
+// The kernel's name of process `pid` (/proc/<pid>/comm, at most 15 bytes,
+// chosen by that process: escape it before printing); nullopt when it
+// cannot be read.
+std::optional<std::string> command_name(std::int64_t pid);
+// Whether process `pid` ends (or is a zombie) within `ms` milliseconds;
+// looks every 20 ms.
+bool exits_within(std::int64_t pid, int ms);
+// This machine's host name, as the library records it.
+std::string host_name();
+// The login name of `uid`; nullopt when the password database has none.
+std::optional<std::string> user_name(std::uint32_t uid);
 
 }  // namespace offload_lock::cli::os
 

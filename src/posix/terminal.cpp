@@ -2,21 +2,39 @@
 #include "posix/terminal.hpp"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 namespace offload_lock::cli::os {
 
-void write_stderr(const std::string& s) {
+namespace {
+
+void write_all(int fd, const std::string& s) {
   std::size_t done = 0;
   while (done < s.size()) {
-    ssize_t n = ::write(2, s.data() + done, s.size() - done);
+    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
       return;
     }
     done += static_cast<std::size_t>(n);
   }
+}
+
+}  // namespace
+
+void write_stderr(const std::string& s) { write_all(2, s); }
+
+int terminal_stderr_copy() {
+  if (!::isatty(2)) return -1;
+  return ::fcntl(2, F_DUPFD_CLOEXEC, 3);
+}
+
+void write_and_close(int fd, const std::string& s) {
+  if (fd < 0) return;
+  write_all(fd, s);
+  ::close(fd);
 }
 
 int terminal_width(int fd) {

@@ -1,4 +1,5 @@
-// The terminal of the offload-lock command: width and stderr writes.
+// The terminal of the offload-lock command: width, stderr writes, and a
+// copy of stderr for a warning from a detached process.
 #ifndef OFFLOAD_LOCK_SRC_POSIX_TERMINAL_HPP
 #define OFFLOAD_LOCK_SRC_POSIX_TERMINAL_HPP
 
@@ -15,6 +16,13 @@ void write_stderr(const std::string& s);
 
 // The width of the terminal on `fd` in columns; 0 when `fd` is not a terminal.
 int terminal_width(int fd);
+
+// A close-on-exec copy of stderr when it is a terminal, else -1: for a
+// warning a detached process (the keeper of `acquire`) may still owe the
+// caller. Never a pipe or a file, whose reader would wait for it to close.
+int terminal_stderr_copy();
+// Writes `s` to `fd` (when >= 0) and closes it.
+void write_and_close(int fd, const std::string& s);
 
 }  // namespace offload_lock::cli::os
 

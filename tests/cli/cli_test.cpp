@@ -6,6 +6,7 @@
 #include <boost/process.hpp>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "offload_lock/lock.hpp"
 #include "support.hpp"
@@ -64,7 +65,7 @@ TEST_CASE("cli: status exit codes and --json keys", "[cli]") {
   temp_dir d;
   auto r = run_cli(with_lock(d, {"status"}));
   CHECK(r.code == 1);
-  CHECK(r.out == "free\n");
+  CHECK(r.out == "free\nlock: " + d.lock() + "\n");  // the path it looked at
 
   r = run_cli(with_lock(d, {"--json", "status"}));
   CHECK(r.code == 1);
@@ -275,6 +276,24 @@ TEST_CASE("cli: hold exits 5 when its lock was taken over", "[cli]") {
   CHECK(l->still_held());
 }
 
+TEST_CASE("cli: hold exits 5 whenever its lock was removed during the hold, even if the path is free again", "[cli]") {
+  temp_dir d;
+  for (const std::string how : {"force", "token", "rm"}) {
+    INFO(how);
+    child c(cli_exe(), with_lock(d, {"hold"}));
+    auto line = c.read_line();
+    REQUIRE(line);
+    const std::string token = json::parse(line->substr(9))["token"];
+    if (how == "force") CHECK(run_cli(with_lock(d, {"release", "--force"})).code == 0);
+    else if (how == "token") CHECK(run_cli(with_lock(d, {"release", "--token", token})).code == 0);
+    else fs::remove_all(d.lock());
+    CHECK_FALSE(fs::exists(d.lock()));
+    c.close_stdin();
+    CHECK(c.wait() == 5);
+    CHECK_THAT(c.err_text(), Catch::Contains("had been removed by someone else during the hold"));
+  }
+}
+
 TEST_CASE("cli: hold exits 5 when a v1 runner replaced its lock", "[cli]") {
   temp_dir d;
   child c(cli_exe(), with_lock(d, {"--quiet", "hold"}));
@@ -356,4 +375,58 @@ TEST_CASE("cli: usage errors exit 2 with one line; system errors exit 4 naming t
   CHECK_THAT(r.err, Catch::Contains((d.path / "no" / "parent").string()) && Catch::Contains("No such file"));
   CHECK(run_cli({"--help"}).code == 0);
   CHECK_THAT(run_cli({"run", "--help"}).out, Catch::Contains("CMD's status"));
+}
+
+TEST_CASE("cli: what is surprising is said: a holder that exits at once, v1 holders, owners, the path, Go's path",
+          "[cli]") {
+  temp_dir d;
+  // The pipeline pattern records its short-lived subshell: the keeper says so
+  // on the terminal. (Each script runs in a pseudo-terminal from script(1).)
+  const std::string bin = "'" + cli_exe() + "' --lock '" + d.lock() + "'";
+  auto on_terminal = [&](const std::string& name, const std::string& body) {
+    write_file(d.path / name, body);
+    boost::process::ipstream out;
+    boost::process::child term("/usr/bin/script",
+                               std::vector<std::string>{"-qfec", "sh " + (d.path / name).string(), "/dev/null"},
+                               boost::process::std_out > out);
+    std::string all, line;
+    while (std::getline(out, line)) all += line + "\n";
+    term.wait();
+    return all;
+  };
+  std::string all = on_terminal("pipeline.sh", "tok=$(" + bin + " acquire | tr -d ' '); echo \"tok=$tok\"; sleep 2\n");
+  CHECK(std::regex_search(all, std::regex("tok=[0-9a-f]{32}")));
+  CHECK_THAT(all, Catch::Contains("WARNING: the recorded holder, pid "));
+  CHECK_THAT(all, Catch::Contains("exited within a second of acquire"));
+  CHECK_FALSE(ol::inspect(d.lock()).held);
+  // The safe pattern: the script records itself and stays; no warning.
+  all = on_terminal("safe.sh", "tok=$(" + bin + " acquire --pid $$); sleep 2; " + bin +
+                                   " release --token $tok && echo released\n");
+  CHECK_THAT(all, Catch::Contains("released"));
+  CHECK(all.find("WARNING") == std::string::npos);
+
+  // A v1 holder without a label is named by its process's name.
+  boost::process::child sleeper("/bin/sleep", std::vector<std::string>{"30"});
+  make_lock(d.lock(), "{\"pid\":" + std::to_string(sleeper.id()) + ",\"startedAt\":" + std::to_string(now_ms()) + "}");
+  auto r = run_cli(with_lock(d, {"status"}));
+  CHECK_THAT(r.out, Catch::StartsWith("held by sleep (pid " + std::to_string(sleeper.id()) + ")"));
+  if (running_as_root()) {
+    REQUIRE(::chown(d.lock().c_str(), 65534, 65534) == 0);
+    CHECK_THAT(run_cli(with_lock(d, {"status"})).out, Catch::Contains("owned by uid 65534 (nobody)"));
+  }
+  sleeper.terminate();
+  fs::remove_all(d.lock());
+
+  // Go readers would look elsewhere: run, acquire and status say so once.
+  env_changes split = {{"GPU_LOCK", std::nullopt}, {"TMPDIR", std::nullopt}, {"TMP", d.str()}, {"TEMP", std::nullopt}};
+  r = run_cli({"status"}, split);
+  CHECK(r.out == "free\nlock: " + d.str() + "/local-offload-gpu.lock\n");
+  CHECK(r.err == "offload-lock: note: Go readers (gpulock) look at /tmp/local-offload-gpu.lock, not " + d.str() +
+                     "/local-offload-gpu.lock: Go reads only $TMPDIR; set TMPDIR or GPU_LOCK for both (offload-lock "
+                     "path --explain)\n");
+  r = run_cli({"run", "--", "true"}, split);
+  CHECK(r.code == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(run_cli({"--quiet", "status"}, split).err.empty());
+  CHECK(run_cli(with_lock(d, {"status"}), split).err.empty());  // an explicit path is everyone's
 }

@@ -9,6 +9,8 @@
 // - for a bare number N: N means N s, and the units order N ms <= N s <= N m
 //   <= N h wherever they are accepted; a whole N in each unit is exactly N
 //   times the unit, accepted up to ten years;
+// - a compound (Nh30m) is the sum of its parts, and units out of order are
+//   refused;
 // - describe_duration never throws, and what it prints under a minute reads
 //   back as the value cut to whole seconds.
 #include <chrono>
@@ -79,6 +81,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       OFFLOAD_LOCK_FUZZ_CHECK(v.has_value() == fits);
       if (v) OFFLOAD_LOCK_FUZZ_CHECK(v->count() == n * factor);
     }
+    // A compound is the sum of its parts, largest unit first.
+    auto compound = parse(text + "h30m", input);
+    OFFLOAD_LOCK_FUZZ_CHECK(compound.has_value() == (n * 3'600'000 + 1'800'000 <= kTenYearsMs));
+    if (compound) OFFLOAD_LOCK_FUZZ_CHECK(compound->count() == n * 3'600'000 + 1'800'000);
+    OFFLOAD_LOCK_FUZZ_CHECK(!parse("30m" + text + "h", input));
   }
 
   std::string shown;

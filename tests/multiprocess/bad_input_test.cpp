@@ -329,7 +329,7 @@ TEST_CASE("a missing parent, and control characters in paths and labels, stay on
                           ",\"label\":\"evil\\n\\u001b[2Jlabel\"}");
   auto st = run_cli({"--lock", d.lock(), "status"});
   CHECK(st.code == 0);
-  CHECK(std::count(st.out.begin(), st.out.end(), '\n') == 1);
+  CHECK(std::count(st.out.begin(), st.out.end(), '\n') == 2);  // the status line and the path
   CHECK(st.out.find('\x1b') == std::string::npos);
   CHECK_THAT(st.out, Catch::Contains("evil\\n\\x1b[2Jlabel"));
   auto busy = run_cli({"--lock", d.lock(), "acquire", "--wait", "0"});
@@ -343,7 +343,7 @@ TEST_CASE("a missing parent, and control characters in paths and labels, stay on
 TEST_CASE("cli: every malformed duration, pid, flag and missing value exits 2 with one line", "[multiprocess][bad-input][cli]") {
   std::vector<std::vector<std::string>> bad;
   const std::vector<std::string> durations = {"", "-1", "+5", "1e3", "abc", "5x", "5 s", "1..2", ".", "ms", "inf",
-                                              "nan", "0x10", "99999999999999999999", "1d", "1\n2"};
+                                              "nan", "0x10", "99999999999999999999", "1w", "1h1h", "1\n2"};
   const std::vector<std::pair<std::string, std::vector<std::string>>> duration_flags = {
       {"--wait", {"acquire"}}, {"--wait", {"run", "--"}}, {"--wait", {"hold"}}, {"--wait", {"wait-free"}},
       {"--poll", {"wait-free"}}};

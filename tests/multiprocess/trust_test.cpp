@@ -227,7 +227,7 @@ TEST_CASE("text from meta.json and the waiter registry is escaped at every outpu
   }
   auto text = run_cli(with_lock(d, {"status"}));
   CHECK(text.code == 0);
-  CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 2);  // the holder's line and the waiter's
+  CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 3);  // the holder's line, the waiter's, the path's
   for (char c : text.out) CHECK((static_cast<unsigned char>(c) >= 0x20 || c == '\n'));
   CHECK(text.out.find("\xe2\x80\xae") == std::string::npos);  // U+202E itself
   CHECK(text.out.find("\xe2\x81\xa6") == std::string::npos);  // U+2066 itself

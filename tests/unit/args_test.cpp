@@ -18,8 +18,17 @@ TEST_CASE("durations", "[unit][cli]") {
   CHECK(parse_duration("1h") == milliseconds(3600000));
   CHECK(parse_duration("0.0001s") == milliseconds(1));  // a positive wait stays positive
   CHECK(parse_duration("forever") == milliseconds::max());
+  // Compounds, largest unit first, as Go's time.ParseDuration writes them.
+  CHECK(parse_duration("1h30m") == milliseconds(5'400'000));
+  CHECK(parse_duration("2m30s") == milliseconds(150'000));
+  CHECK(parse_duration("1d") == milliseconds(86'400'000));
+  CHECK(parse_duration("1d12h") == milliseconds(129'600'000));
+  CHECK(parse_duration("1m0.5s") == milliseconds(60'500));
+  CHECK(parse_duration("1h0m0s") == milliseconds(3'600'000));
+  CHECK(parse_duration("1s250ms") == milliseconds(1250));
   for (const char* bad : {"", "-1", "-0", "+5", "1e3", "abc", "5x", "5 s", " 5", "1..2", ".", "ms", "s", "inf", "nan",
-                          "0x10", "1msms", "99999999999999999999", "400000000000", "Forever", "1d"}) {
+                          "0x10", "1msms", "99999999999999999999", "400000000000", "Forever", "1h1h", "30m1h",
+                          "1m30", "1h 30m", "h1", "1w", "1d-1h", "5000d", ".m", "1s.5"}) {
     INFO(bad);
     CHECK_FALSE(parse_duration(bad));
   }
@@ -83,6 +92,61 @@ TEST_CASE("well-formed command lines", "[unit][cli]") {
   CHECK(h2.remind == milliseconds(0));
 }
 
+TEST_CASE("options as --opt=value, short options, help [COMMAND]", "[unit][cli]") {
+  args a;
+  REQUIRE_FALSE(parse({"--lock=/x", "--ttl=10m", "-j", "acquire", "--wait=1h30m", "--pid=42", "--label=a=b"}, a));
+  CHECK(a.lock_path == "/x");
+  CHECK(a.ttl == milliseconds(600000));
+  CHECK(a.json);
+  CHECK(a.wait == milliseconds(5'400'000));
+  CHECK(a.pid == 42);
+  CHECK(a.label == "a=b");  // only the first '=' splits
+  args s;
+  REQUIRE_FALSE(parse({"-q", "run", "-w", "5s", "-l", "x", "--gpus=4", "--on-lost=term", "--", "echo", "--wait=1"}, s));
+  CHECK(s.quiet);
+  CHECK(s.wait == milliseconds(5000));
+  CHECK(s.label == "x");
+  CHECK(s.gpus == 4);
+  CHECK(s.on_lost_term);
+  CHECK(s.cmd == std::vector<std::string>{"echo", "--wait=1"});  // CMD's arguments are CMD's
+  args e;
+  CHECK(parse({"release", "--token=", "--force"}, e));  // an empty inline value is empty, and refused
+  args h;
+  REQUIRE_FALSE(parse({"help"}, h));
+  CHECK(h.help);
+  CHECK(h.command.empty());
+  args hr;
+  REQUIRE_FALSE(parse({"help", "run"}, hr));
+  CHECK(hr.help);
+  CHECK(hr.command == "run");
+  for (const auto& name : command_names()) {
+    INFO(name);
+    args c;
+    REQUIRE_FALSE(parse({"help", name}, c));
+    // Every command's synopsis is in the overview, as its own help begins.
+    const std::string own = command_help(name);
+    CHECK(usage().find("  " + own.substr(13, own.find('\n') - 13) + "\n") != std::string::npos);
+  }
+}
+
+TEST_CASE("an unknown command or option names the nearest one", "[unit][cli]") {
+  auto error_of = [](const std::vector<std::string>& argv) {
+    args a;
+    return parse(argv, a).value_or("");
+  };
+  CHECK_THAT(error_of({"staus"}), Catch::Contains("unknown command 'staus' (did you mean 'status'?)"));
+  CHECK_THAT(error_of({"wait_free"}), Catch::Contains("(did you mean 'wait-free'?)"));
+  CHECK_THAT(error_of({"hlep"}), Catch::Contains("(did you mean 'help'?)"));
+  CHECK_THAT(error_of({"help", "relase"}), Catch::Contains("(did you mean 'release'?)"));
+  CHECK_THAT(error_of({"status", "--prom"}), Catch::Contains("(did you mean '--prometheus'?)"));
+  CHECK_THAT(error_of({"acquire", "--wiat", "5"}), Catch::Contains("for acquire (did you mean '--wait'?)"));
+  CHECK_THAT(error_of({"run", "--lable=x", "--", "true"}), Catch::Contains("(did you mean '--label'?)"));
+  CHECK_THAT(error_of({"--jsno", "status"}), Catch::Contains("(did you mean '--json'?)"));
+  CHECK(error_of({"xyzzy"}).find("did you mean") == std::string::npos);  // nothing near: no guess
+  CHECK(error_of({"status", "--wait"}).find("did you mean") == std::string::npos);  // another command's option
+  CHECK_THAT(error_of({"--json=yes", "status"}), Catch::Contains("--json takes no value"));
+}
+
 TEST_CASE("every malformed command line is a one-line usage error", "[unit][cli]") {
   std::vector<std::vector<std::string>> bad = {
       {},
@@ -128,6 +192,15 @@ TEST_CASE("every malformed command line is a one-line usage error", "[unit][cli]
       {"acquire", "--watch"},
       {"acquire", "--remind", "soon"},
       {"status", "--remind", "1s"},
+      {"--json=1", "status"},
+      {"acquire", "--wait="},
+      {"acquire", "--wait=1h1h"},
+      {"help", "bogus"},
+      {"help", "run", "status"},
+      {"help", "--json"},
+      {"status", "--watch=yes"},
+      {"acquire", "-w"},
+      {"acquire", "-x"},
   };
   for (const auto& argv : bad) {
     std::string joined;

@@ -1,0 +1,157 @@
+// The help texts of offload-lock: the overview and one text per command.
+// The overview's list of commands is made from each command's synopsis, so
+// the two cannot disagree; tests/cli/docs_test.sh holds the man page, the
+// completion and README.md to the same texts.
+#include <map>
+
+#include "cli/args.hpp"
+
+namespace offload_lock::cli {
+
+namespace {
+
+const std::map<std::string, std::string>& helps() {
+  // First the synopsis (the lines up to the first one indented by two
+  // spaces), then what the command does.
+  static const std::map<std::string, std::string> h = {
+      {"path",
+       "offload-lock path [--explain]\n"
+       "  Print the lock path in use: --lock, else $GPU_LOCK, else <tmpdir>/local-offload-gpu.lock\n"
+       "  where tmpdir is the first non-empty of $TMPDIR, $TMP, $TEMP, else /tmp (as Node resolves it).\n"
+       "  --explain  also say which rule chose it, and the path Go readers use when it differs\n"
+       "             (Go reads only $TMPDIR).\n"},
+      {"status",
+       "offload-lock status [--watch] [--prometheus] [--gpus N|auto | --gpu K]\n"
+       "  Show who holds the lock and who waits for it: one line for the holder, one per waiting\n"
+       "  offload-lock process (oldest first). Under each slot, the GPU as nvidia-smi reports it:\n"
+       "  memory used and total, utilization, and each process on it, with or without the lock.\n"
+       "  Exit 0 when held (every slot held, with several GPUs), 1 when free. With --json, one\n"
+       "  object: path, held, pid, startedAt, heldForMs, label, host, token, stale, ownerUid, gpu,\n"
+       "  device (null, or index, uuid, name, memoryUsedMiB, memoryTotalMiB, utilizationPct,\n"
+       "  processes: pid, name, memoryMiB, holdsLock), slots (one such object per GPU slot) and\n"
+       "  waiters (pid, label, host, since, waitedMs, gpu, gpus).\n"
+       "  --watch       redraw whenever the holder or the queue changes, until interrupted\n"
+       "  --prometheus  print the node_exporter textfile-collector format instead (exit 0)\n"
+       "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
+      {"acquire",
+       "offload-lock acquire [-w|--wait DUR] [--remind DUR] [--pid PID] [-l|--label TEXT]\n"
+       "                     [--gpus N|auto | --gpu K]\n"
+       "  Take the lock on behalf of PID (default: the calling process's parent, so a script or\n"
+       "  Node runner calling this command is the recorded holder) and print its token. The lock\n"
+       "  stays held after this command exits; a background keeper refreshes it while PID lives\n"
+       "  and releases it when PID exits. Exit 0 taken, 1 busy when --wait ends (default forever).\n"
+       "  With --gpus or --gpu it prints the token and the slot taken: TOKEN K.\n"},
+      {"release",
+       "offload-lock release [--pid PID | --token TOKEN] [--force] [--gpus N|auto | --gpu K]\n"
+       "  Remove the lock only if that holder holds it (default: --pid of the calling process's\n"
+       "  parent). Exit 0 released or already free, 3 held by someone else. --force removes it\n"
+       "  anyway and says whose it was. With --gpus N, the slot among 0..N-1 held by that holder.\n"},
+      {"run",
+       "offload-lock run [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--busy-exit N] [--on-lost warn|term]\n"
+       "                 [--gpus N|auto | --gpu K] -- CMD [ARG...]\n"
+       "  Hold the lock while CMD runs and exit with CMD's status (128+N when killed by signal N).\n"
+       "  CMD's pid is the recorded holder, so the lock stays held while CMD lives even if\n"
+       "  offload-lock itself is killed. SIGINT, SIGTERM and SIGHUP sent to offload-lock go to CMD.\n"
+       "  CMD sees OFFLOAD_LOCK_PATH and OFFLOAD_LOCK_TOKEN: offload-lock commands and library calls\n"
+       "  inside it pass straight through instead of waiting on their own parent.\n"
+       "  If someone else removes or replaces the lock while CMD runs, offload-lock says so on\n"
+       "  stderr; with --on-lost term it also sends CMD SIGTERM.\n"
+       "  Exit 1 (or N with --busy-exit) when still busy after --wait. With --gpus or --gpu, CMD\n"
+       "  also sees OFFLOAD_LOCK_GPU=K and CUDA_VISIBLE_DEVICES naming GPU K by its UUID (else K,\n"
+       "  with CUDA_DEVICE_ORDER=PCI_BUS_ID).\n"},
+      {"hold",
+       "offload-lock hold [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--gpus N|auto | --gpu K]\n"
+       "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
+       "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
+       "  --wait, 5 when the lock was removed or replaced during the hold (whoever did it, even\n"
+       "  if the path is free again). The json has the slot as \"gpu\".\n"},
+      {"doctor",
+       "offload-lock doctor\n"
+       "  Check the setup and explain it, one line each: the path Node's rule, Go's rule and\n"
+       "  GPU_LOCK give and whether they agree; what is at the lock path; the parent directory's\n"
+       "  owner, mode, sticky and setgid bits and who can reclaim whose stale lock there; whether\n"
+       "  inotify, pidfd, RENAME_NOREPLACE and OFD locks work on that file system; whether /proc\n"
+       "  is this pid namespace's; nvidia-smi and the GPU count. Exit 0 when all is well, 1 with\n"
+       "  warnings. With --json, one object: path, checks (name, ok, detail), warnings.\n"},
+      {"help",
+       "offload-lock help [COMMAND]\n"
+       "  Without COMMAND, the overview of every command (as offload-lock --help); with one, that\n"
+       "  command's help (as offload-lock COMMAND --help).\n"},
+      {"wait-free",
+       "offload-lock wait-free [-w|--wait DUR] [--poll DUR]\n"
+       "  Exit 0 as soon as the lock is free, 1 if still held when --wait ends. Wakes on the lock's\n"
+       "  removal and its holder's death; --poll (default 1s) is the re-check period where the file\n"
+       "  system gives no notifications.\n"},
+  };
+  return h;
+}
+
+// The synopsis of a command's help, without "offload-lock ", indented by two.
+std::string synopsis(const std::string& text) {
+  std::string out;
+  std::string::size_type from = 0;
+  while (from < text.size()) {
+    auto end = text.find('\n', from);
+    const std::string line = text.substr(from, end - from);
+    if (from > 0 && line.size() > 2 && line.compare(0, 2, "  ") == 0 && line[2] != ' ') break;
+    out += "  " + line.substr(std::string("offload-lock ").size()) + "\n";
+    from = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> command_names() {
+  std::vector<std::string> names;
+  for (const auto& kv : helps()) names.push_back(kv.first);
+  return names;
+}
+
+std::string usage() {
+  std::string u =
+      "usage: offload-lock [--lock PATH] [--ttl DUR] [-j|--json] [-q|--quiet] COMMAND ...\n"
+      "       offload-lock help [COMMAND]\n"
+      "\n"
+      "One machine-wide GPU lock shared with the Node render runners (gpu-lock.mjs) and the Go\n"
+      "readers (gpulock): a directory holding meta.json {pid, startedAt}.\n"
+      "\n"
+      "global options:\n"
+      "  --lock PATH   the lock directory (default: $GPU_LOCK, else <tmpdir>/local-offload-gpu.lock)\n"
+      "  --ttl DUR     a holder whose meta.json is older than this is stale (default 1h)\n"
+      "  -j, --json    machine-readable output (path, status, acquire, wait-free; hold always)\n"
+      "  -q, --quiet   no progress messages or warnings on stderr\n"
+      "  -h, --help    this text; COMMAND --help: that command's\n"
+      "  --version     the version\n"
+      "Every option also takes its value as --opt=value; -w is --wait, -l is --label.\n"
+      "\n"
+      "commands:\n";
+  for (const auto& [name, text] : helps()) u += synopsis(text);
+  u += "\n"
+       "DUR: 0, seconds as a number (fractions allowed), a number with ms, s, m, h or d, a\n"
+       "compound of those from the largest unit down (1h30m, 2m30s, 1d12h), or forever.\n"
+       "--wait defaults to forever.\n"
+       "\n"
+       "while acquire, run and hold wait, stderr shows who holds the lock: on a terminal one line\n"
+       "kept up to date in place; otherwise a line each time the holder changes and a reminder\n"
+       "every --remind DUR (default 1m; 0: none). --quiet silences both.\n"
+       "\n"
+       "several GPUs: --gpus N (or auto: the GPUs nvidia-smi -L lists) takes the first free of N\n"
+       "slots; --gpu K takes slot K only. Slot K is the machine's GPU K in nvidia-smi's (PCI bus)\n"
+       "order; slot 0 is the lock path itself and slot K the path with the suffix .gpuK. For\n"
+       "acquire, run and hold, a CUDA_VISIBLE_DEVICES list (indices or GPU-... UUIDs) names the\n"
+       "GPUs they may take; --gpu K outside it is a usage error.\n"
+       "\n"
+       "exit codes: 0 ok, 1 busy (status: free; wait-free: still held), 2 usage error,\n"
+       "            3 not the owner (release), 4 system error, 5 hold's lock was removed or\n"
+       "            replaced during the hold; run exits with CMD's status; 128+N: signal N\n"
+       "            ended a wait.\n";
+  return u;
+}
+
+std::string command_help(const std::string& command) {
+  auto it = helps().find(command);
+  return it == helps().end() ? usage() : it->second;
+}
+
+}  // namespace offload_lock::cli
