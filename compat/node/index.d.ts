@@ -115,9 +115,22 @@ export interface AcquiredInfo extends LockInfo {
   gpu?: number;
 }
 
+/** What nvidia-smi says of a slot's GPU. */
+export interface GpuDevice {
+  index: number;
+  uuid: string | null;
+  name: string | null;
+  memoryUsedMiB: number | null;
+  memoryTotalMiB: number | null;
+  utilizationPct: number | null;
+  processes: { pid: number; name: string | null; memoryMiB: number | null; holdsLock: boolean }[];
+}
+
 /** One GPU slot of {@link LockStatus}. */
 export interface SlotStatus extends LockInfo {
   gpu: number;
+  /** null without nvidia-smi or when it does not know the GPU. */
+  device: GpuDevice | null;
 }
 
 /** An offload-lock process waiting for the lock. */

@@ -1297,7 +1297,8 @@ def inspect(path: Optional[Union[str, "os.PathLike[str]"]] = None, *, ttl: Durat
     """Who holds the lock and who waits, with the keys of ``offload-lock
     --json status``: slot 0's ``path``, ``held``, ``pid``, ``startedAt``,
     ``heldForMs``, ``label``, ``host``, ``token``, ``stale`` (None, or why a
-    present lock is not held), ``ownerUid``, ``gpu``; ``slots`` (one such
+    present lock is not held), ``ownerUid``, ``v1Stale``, ``otherPidNamespace``,
+    ``gpu``, ``device`` (always None: nvidia-smi's view is the CLI's); ``slots`` (one such
     dictionary per GPU slot that exists) and ``waiters`` (see waiters()).
     Unknown values are None. Changes nothing; never blocks on the lock.
     Raises OSError when the lock cannot be looked at."""
@@ -1309,6 +1310,9 @@ def inspect(path: Optional[Union[str, "os.PathLike[str]"]] = None, *, ttl: Durat
     for k in range(_slot_count(base, ws)):
         d = _inspect_one(_gpu_slot_path(base, k), ttl_ms)
         d["gpu"] = k
+        # What nvidia-smi says of the GPU is the command's (`offload-lock
+        # status`); the library does not run it, so it is None here.
+        d["device"] = None
         slots.append(d)
     top = dict(slots[0])
     top["slots"] = slots
