@@ -30,6 +30,8 @@ struct meta_record {
   std::int64_t proc_start = 0;   // the holder process's start, epoch ms
   std::uint64_t proc_ticks = 0;  // the same, in clock ticks since boot (exact)
   std::uint64_t pid_ns = 0;      // the inode of the holder's pid namespace; 0: unknown (not written)
+  int priority = 0;              // lock_options::priority (written when not 0)
+  std::int64_t expect_ms = 0;    // lock_options::expected; 0: undeclared (not written)
 };
 
 // `{"pid":N,"startedAt":MS,...}`: the first two keys byte for byte as the Node
@@ -55,6 +57,7 @@ struct parsed_meta {
   std::optional<std::int64_t> proc_start;
   std::optional<std::uint64_t> proc_ticks;
   std::optional<std::uint64_t> pid_ns;  // "pidNs": the holder's pid namespace
+  std::optional<std::int64_t> priority, expect_ms;  // "priority", "expectMs"
 };
 
 // Never throws, whatever the bytes. Invalid UTF-8 is read as U+FFFD the way

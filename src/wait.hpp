@@ -91,6 +91,9 @@ class lock_watch {
 class wait_report {
  public:
   wait_report(const lock_options& o, std::string registry_path, int gpu, int gpus);
+  // The acquisition keeps its own entry in the registry (its place in the
+  // queue): this report writes none.
+  void queued() { tried_registering_ = true; }
   // Before each wait, with the holders as just judged.
   void waiting(std::vector<info> now);
   // Waits with `wait_fn(timeout)` for at most `timeout` (negative: no limit),

@@ -67,7 +67,8 @@ const std::map<std::string, std::string>& helps() {
        "  Node runner calling this command is the recorded holder) and print its token. The lock\n"
        "  stays held after this command exits; a background keeper refreshes it while PID lives\n"
        "  and releases it when PID exits. Exit 0 taken, 1 busy when --wait ends (default forever).\n"
-       "  With --gpus or --gpu it prints the token and the slot taken: TOKEN K.\n"},
+       "  With --gpus or --gpu it prints the token and the slot taken: TOKEN K.\n"
+       "  --priority P, --expect DUR: as for run.\n"},
       {"release",
        "offload-lock release [--pid PID | --token TOKEN] [--force] [--gpus N|auto | --gpu K]\n"
        "  Remove the lock only if that holder holds it (default: --pid of the calling process's\n"
@@ -84,12 +85,16 @@ const std::map<std::string, std::string>& helps() {
        "  If someone else removes or replaces the lock while CMD runs, offload-lock says so on\n"
        "  stderr; with --on-lost term it also sends CMD SIGTERM.\n"
        "  Exit 1 (or N with --busy-exit) when still busy after --wait. With --gpus or --gpu, CMD\n"
-       "  also sees CUDA_VISIBLE_DEVICES naming the GPU of the slot taken.\n"},
+       "  also sees CUDA_VISIBLE_DEVICES naming the GPU of the slot taken.\n"
+       "  Waiters are served in order: --priority P (-100..100, batch, normal (default) or\n"
+       "  interactive) first, then arrival. --expect DUR declares how long CMD will hold the lock,\n"
+       "  for the ETAs status shows.\n"},
       {"hold",
        "offload-lock hold [--wait DUR] [--remind DUR] [--label TEXT] [--gpus N|auto | --gpu K]\n"
        "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
        "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
-       "  --wait, 5 when the lock was taken from it meanwhile. The json has the slot as \"gpu\".\n"},
+       "  --wait, 5 when the lock was taken from it meanwhile. The json has the slot as \"gpu\".\n"
+       "  --priority P, --expect DUR: as for run.\n"},
       {"wait-free",
        "offload-lock wait-free [--wait DUR] [--poll DUR]\n"
        "  Exit 0 as soon as the lock is free, 1 if still held when --wait ends. Wakes on the lock's\n"
@@ -100,6 +105,18 @@ const std::map<std::string, std::string>& helps() {
 }
 
 }  // namespace
+
+std::optional<int> parse_priority(const std::string& text) {
+  if (text == "batch") return -10;
+  if (text == "normal") return 0;
+  if (text == "interactive") return 10;
+  const bool negative = !text.empty() && text[0] == '-';
+  const std::string digits = negative ? text.substr(1) : text;
+  if (digits.empty() || digits.size() > 3 || !all_digits(digits)) return std::nullopt;
+  const int v = std::stoi(digits) * (negative ? -1 : 1);
+  if (v < -100 || v > 100) return std::nullopt;
+  return v;
+}
 
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
   using ms = std::chrono::milliseconds;
@@ -202,6 +219,16 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
     } else if (a == "--label" && allowed({"acquire", "run", "hold"})) {
       if (auto e = value(a, out.label)) return e;
       if (out.label.size() > 1024) return std::string("--label is longer than 1024 bytes");
+    } else if (a == "--priority" && allowed({"acquire", "run", "hold"})) {
+      std::string v;
+      if (auto e = value(a, v)) return e;
+      auto p = parse_priority(v);
+      if (!p) return "invalid priority for --priority: '" + v + "' (-100 to 100, batch, normal or interactive)";
+      out.priority = *p;
+    } else if (a == "--expect" && allowed({"acquire", "run", "hold"})) {
+      if (auto e = duration(a, out.expect)) return e;
+      if (out.expect.count() <= 0 || out.expect == std::chrono::milliseconds::max())
+        return std::string("--expect must be a finite duration longer than 0");
     } else if (a == "--gpus" && allowed({"acquire", "run", "hold", "status", "release"})) {
       std::string v;
       if (auto e = value(a, v)) return e;

@@ -30,6 +30,8 @@ struct args {
   std::string token;                          // release
   bool force = false;                         // release
   std::string label;
+  int priority = 0;                           // acquire / run / hold --priority
+  std::chrono::milliseconds expect{0};        // acquire / run / hold --expect; 0: undeclared
   int busy_exit = exit_busy;                  // run
   bool on_lost_term = false;                  // run --on-lost term
   std::vector<std::string> cmd;               // run
@@ -46,6 +48,9 @@ struct args {
 // number with ms, s, m or h, or "forever" (returned as milliseconds::max()).
 // nullopt for anything else (negative, empty, junk, overflow).
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
+// A --priority: an integer from -100 to 100, or batch (-10), normal (0),
+// interactive (10).
+std::optional<int> parse_priority(const std::string& text);
 // A positive decimal pid that fits the kernel's pid_t.
 std::optional<std::int64_t> parse_pid(const std::string& text);
 

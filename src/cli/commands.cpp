@@ -49,6 +49,8 @@ lock_options options_for(const args& a, const gpu_plan& gpus, const std::string&
   o.wait = a.wait.value_or(wait_forever);
   o.ttl = a.ttl;
   o.label = a.label;
+  o.priority = a.priority;
+  o.expected = a.expect;
   if (gpus.slotted) {
     o.gpus = gpus.count;
     o.gpu = gpus.gpu;

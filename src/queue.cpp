@@ -1,0 +1,128 @@
+// The ordered queue of one lock (queue.hpp): the waiter's entry and the wait
+// for its turn.
+#include "queue.hpp"
+
+#include <algorithm>
+
+#include "inspect.hpp"
+#include "os/clock.hpp"
+#include "os/process.hpp"
+#include "wait.hpp"
+
+namespace offload_lock::detail {
+
+queue_place::queue_place(const lock_options& opt, std::string registry_path, int gpu, int gpus,
+                         std::int64_t arrived_us, std::int64_t arrived_ms)
+    : opt_(opt), registry_path_(std::move(registry_path)), gpu_(gpu), gpus_(gpus), reader_(registry_path_) {
+  waiter_record& r = me_.rec;
+  r.pid = sys::self_pid();
+  r.label = opt.label.empty() ? sys::program_name() : opt.label;
+  // Within the entry's cap whatever the label (serialize repairs a cut
+  // UTF-8 sequence).
+  if (r.label.size() > 1024) r.label.resize(1024);
+  r.host = sys::host_name();
+  r.boot_id = sys::boot_id();
+  if (auto ps = sys::start_of(r.pid)) r.proc_ticks = ps->ticks;
+  r.since = arrived_ms;
+  r.gpu = gpu;
+  r.gpus = gpus;
+  r.priority = opt.priority;
+  r.expect_ms = opt.expected.count() > 0 ? opt.expected.count() : 0;
+  r.queued_us = arrived_us;
+  r.pid_ns = sys::pid_namespace().value_or(0);
+}
+
+void queue_place::join() {
+  if (reg_ || !opt_.register_waiter) return;
+  reg_ = waiter_registration::add(registry_path_, me_.rec);
+  if (reg_) me_.name = reg_->name();
+}
+
+std::vector<queue_entry> queue_place::ahead() {
+  std::vector<queue_entry> out;
+  if (!opt_.register_waiter) return out;  // not queueing: nobody is ahead
+  const int slot = queue_slot(me_.rec);
+  for (auto& e : reader_.live()) {
+    if (joined() && (e.name == me_.name || !served_before(e, me_))) break;
+    if (queue_slot(e.rec) != slot || passed_.count(e.rec.pid) || e.rec.pid == me_.rec.pid) continue;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+result<turn> wait_turn(queue_place& place, const target& t, const lock_options& opt, std::int64_t deadline,
+                       wait_report* rep, watch_clock& seen) {
+  const process_view pv = process_view::real();
+  std::unique_ptr<sys::watcher> w;
+  armed_lock armed;
+  // Since when (monotonic) the lock has looked free with the same waiters
+  // ahead; -1 while it is held.
+  std::int64_t free_since = -1;
+  std::vector<std::string> free_ahead;
+  for (;;) {
+    auto ahead = place.ahead();
+    if (ahead.empty()) return turn::mine;
+    if (opt.wait.count() <= 0) return turn::busy;
+    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return turn::timed_out;
+    if (!place.joined()) {
+      place.join();
+      if (!place.joined()) return turn::mine;  // out of the queue: as before it
+      continue;
+    }
+    auto d = inspect_target(t, opt.ttl.count(), opt.grace.count(), pv, &seen);
+    if (!d) return d.error();
+    d->o.dir.reset();
+    const bool available = !d->o.snap.present || d->v.stale;
+    std::vector<std::string> names;
+    for (const auto& e : ahead) names.push_back(e.name);
+    const std::int64_t now = sys::monotonic_ms();
+    if (!available || names != free_ahead) free_since = -1;
+    if (available && free_since < 0) {
+      free_since = now;
+      free_ahead = names;
+    }
+    // The next in line gives the head a short grace; further back, a free
+    // lock that stays unclaimed for a second per waiter ahead means every
+    // one of them is stuck (the one behind each would have passed it over).
+    const std::int64_t patience =
+        ahead.size() == 1 ? pass_over_grace_ms : static_cast<std::int64_t>(ahead.size()) * fallback_poll_ms;
+    if (free_since >= 0 && now - free_since >= patience) {
+      for (const auto& e : ahead) place.pass_over(e.rec.pid);
+      free_since = -1;
+      continue;
+    }
+
+    if (!w) w = std::make_unique<sys::watcher>();
+    w->unwatch_all();
+    armed = armed_lock{};
+    std::int64_t timeout = safety_recheck_ms;
+    if (free_since >= 0) timeout = patience - (now - free_since);
+    if (ahead.size() == 1) {
+      if (!available) {
+        auto a = armed.arm(*w, t, d->o.snap, d->v, fallback_poll_ms);
+        if (!a) continue;  // changed meanwhile
+        timeout = std::min(timeout, *a);
+      }
+    } else {
+      timeout = std::min(timeout, patience);
+    }
+    // The one or two waiters just ahead: their leaving (or dying, which
+    // closes the entry) is what moves this one up.
+    bool gone = false;
+    for (std::size_t k = ahead.size() > 2 ? ahead.size() - 2 : 0; k < ahead.size(); ++k) {
+      const std::string& n = ahead[k].name;
+      if (w->watch_file(place.reader().dir_path() + "/" + n) < 0) timeout = std::min(timeout, fallback_poll_ms);
+      if (!place.reader().present(n)) gone = true;
+    }
+    if (gone) continue;
+    if (rep) rep->waiting({d->i});
+    if (deadline >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
+    std::vector<int> fired;
+    auto once = [&](std::int64_t ms) { return w->wait(ms, opt.cancel_fds, &fired); };
+    const auto why = rep ? rep->wait_ticking(timeout, once) : once(timeout);
+    if (why == sys::watcher::wake::extra_fd) return turn::cancelled;
+    armed.woken(fired);
+  }
+}
+
+}  // namespace offload_lock::detail

@@ -1,0 +1,69 @@
+// The ordered queue of one lock: a waiter's place in it, and waiting for its
+// turn (served by priority, then arrival) without waking on every release.
+#ifndef OFFLOAD_LOCK_SRC_QUEUE_HPP
+#define OFFLOAD_LOCK_SRC_QUEUE_HPP
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "judge.hpp"
+#include "lock_dir.hpp"
+#include "offload_lock/lock.hpp"
+#include "waiters.hpp"
+
+namespace offload_lock::detail {
+
+class wait_report;
+
+// How long a waiter ahead may leave a free lock unclaimed before those
+// behind it pass it over (a stopped or hung process).
+inline constexpr std::int64_t pass_over_grace_ms = 200;
+
+// One waiter's place in the queue of the lock at `registry_path` (slot 0's
+// path), for slot `slot` (0 for a plain lock). Made when an acquisition
+// starts; the entry is written by join() and removed by the destructor.
+class queue_place {
+ public:
+  queue_place(const lock_options& opt, std::string registry_path, int gpu, int gpus, std::int64_t arrived_us,
+              std::int64_t arrived_ms);
+  bool joined() const { return reg_ != nullptr; }
+  // Writes the entry (once). Best effort: a registry that cannot be written
+  // leaves this waiter out of the queue, claiming whenever it finds the lock
+  // free, as before there was one.
+  void join();
+  // The live waiters for the same slot that are served before this one
+  // (every live one while not joined), nearest last; those passed over left
+  // out.
+  std::vector<queue_entry> ahead();
+  // From now on the entries of `pid` are not waited for.
+  void pass_over(std::int64_t pid) { passed_.insert(pid); }
+  registry_reader& reader() { return reader_; }
+
+ private:
+  const lock_options& opt_;
+  std::string registry_path_;
+  int gpu_, gpus_;
+  queue_entry me_;
+  registry_reader reader_;
+  std::unique_ptr<waiter_registration> reg_;
+  std::set<std::int64_t> passed_;
+};
+
+enum class turn { mine, busy, timed_out, cancelled };
+
+// Waits until no live waiter is ahead of `place` (joining the queue first
+// when someone is), or the deadline (monotonic, -1: none), or a cancel
+// descriptor. With wait 0 it only looks: busy when someone is ahead.
+// The next in line watches the lock and passes over a waiter ahead that
+// leaves it free for pass_over_grace_ms; everyone else sleeps on the
+// entries of the two waiters ahead of it, so a release wakes two processes,
+// not the queue. Only a failure to look at the lock is an error.
+result<turn> wait_turn(queue_place& place, const target& t, const lock_options& opt, std::int64_t deadline,
+                       wait_report* rep, watch_clock& seen);
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_QUEUE_HPP
