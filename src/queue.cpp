@@ -62,9 +62,11 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
   for (;;) {
     auto ahead = place.ahead();
     if (ahead.empty()) return turn::mine;
-    if (opt.wait.count() <= 0) return turn::busy;
-    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return turn::timed_out;
-    if (!place.joined()) {
+    // A single try does not queue; it takes a free lock only once the
+    // waiters ahead have had their grace to claim it.
+    const bool trying = opt.wait.count() <= 0;
+    if (!trying && deadline >= 0 && sys::monotonic_ms() >= deadline) return turn::timed_out;
+    if (!trying && !place.joined()) {
       place.join();
       if (!place.joined()) return turn::mine;  // out of the queue: as before it
       continue;
@@ -73,6 +75,7 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
     if (!d) return d.error();
     d->o.dir.reset();
     const bool available = !d->o.snap.present || d->v.stale;
+    if (trying && !available) return turn::busy;
     std::vector<std::string> names;
     for (const auto& e : ahead) names.push_back(e.name);
     const std::int64_t now = sys::monotonic_ms();
@@ -84,8 +87,9 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
     // The next in line gives the head a short grace; further back, a free
     // lock that stays unclaimed for a second per waiter ahead means every
     // one of them is stuck (the one behind each would have passed it over).
-    const std::int64_t patience =
-        ahead.size() == 1 ? pass_over_grace_ms : static_cast<std::int64_t>(ahead.size()) * fallback_poll_ms;
+    const std::int64_t patience = ahead.size() == 1 || trying
+                                      ? pass_over_grace_ms
+                                      : static_cast<std::int64_t>(ahead.size()) * fallback_poll_ms;
     if (free_since >= 0 && now - free_since >= patience) {
       for (const auto& e : ahead) place.pass_over(e.rec.pid);
       free_since = -1;
@@ -97,7 +101,7 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
     armed = armed_lock{};
     std::int64_t timeout = safety_recheck_ms;
     if (free_since >= 0) timeout = patience - (now - free_since);
-    if (ahead.size() == 1) {
+    if (ahead.size() == 1 || trying) {
       if (!available) {
         auto a = armed.arm(*w, t, d->o.snap, d->v, fallback_poll_ms);
         if (!a) continue;  // changed meanwhile
@@ -115,8 +119,8 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
       if (!place.reader().present(n)) gone = true;
     }
     if (gone) continue;
-    if (rep) rep->waiting({d->i});
-    if (deadline >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
+    if (rep && !trying) rep->waiting({d->i});
+    if (deadline >= 0 && !trying) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
     std::vector<int> fired;
     auto once = [&](std::int64_t ms) { return w->wait(ms, opt.cancel_fds, &fired); };
     const auto why = rep ? rep->wait_ticking(timeout, once) : once(timeout);

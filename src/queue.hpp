@@ -56,7 +56,9 @@ enum class turn { mine, busy, timed_out, cancelled };
 
 // Waits until no live waiter is ahead of `place` (joining the queue first
 // when someone is), or the deadline (monotonic, -1: none), or a cancel
-// descriptor. With wait 0 it only looks: busy when someone is ahead.
+// descriptor. With wait 0 it does not queue: busy while the lock is held;
+// a free lock with live waiters ahead is theirs for pass_over_grace_ms, then
+// it is this try's turn.
 // The next in line watches the lock and passes over a waiter ahead that
 // leaves it free for pass_over_grace_ms; everyone else sleeps on the
 // entries of the two waiters ahead of it, so a release wakes two processes,

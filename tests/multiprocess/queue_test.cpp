@@ -142,9 +142,24 @@ TEST_CASE("a stopped head is passed over, and served once it resumes", "[multipr
   const auto took = std::chrono::duration_cast<ms>(std::chrono::steady_clock::now() - began).count();
   WARN("two waiters behind a stopped head were served within " << took << " ms");
   CHECK(took < 5000);
+  // A single try does not wait for it either, beyond the grace.
+  for (auto& w : {ws[1].get(), ws[2].get()}) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(run_cli(with_lock(d, {"run", "--wait", "0", "--", "true"})).code == 0);
   ws[0]->kill(SIGCONT);
   for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
   CHECK(lines_of(log) == std::vector<std::string>{"w2", "w3", "w1"});
+}
+
+TEST_CASE("a single try is busy while the lock is held, queue or not", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  cli_holder holder(d);
+  auto w = queued_run(d, "w1", log);
+  until_queued(d, 1);
+  CHECK(run_cli(with_lock(d, {"run", "--wait", "0", "--", "true"})).code == 1);
+  holder.release();
+  CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(run_cli(with_lock(d, {"run", "--wait", "0", "--", "true"})).code == 0);
 }
 
 TEST_CASE("entries nobody keeps write-locked are not waiters", "[multiprocess][queue]") {
