@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "offload_lock/offload_lock.hpp"
@@ -195,4 +196,45 @@ TEST_CASE("entries nobody keeps write-locked are not waiters", "[multiprocess][q
   o.wait = ms(0);
   auto l = offload_lock::lock::acquire(o);
   CHECK(l.has_value());
+}
+
+TEST_CASE("status shows the queue's positions, declared durations and ETAs", "[multiprocess][queue][cli][status]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  auto holder = std::make_unique<child>(
+      cli_exe(), with_lock(d, {"run", "--expect", "10m", "--label", "render", "--", "sh", "-c", "echo held; read x"}));
+  REQUIRE(holder->read_line() == std::optional<std::string>("held"));
+  std::vector<std::unique_ptr<child>> ws;
+  ws.push_back(queued_run(d, "a", log, {"--expect", "5m"}));
+  until_queued(d, 1);
+  ws.push_back(queued_run(d, "b", log));
+  until_queued(d, 2);
+  ws.push_back(queued_run(d, "c", log, {"--expect", "1m", "--priority", "-5"}));
+  until_queued(d, 3);
+  auto js = run_cli(with_lock(d, {"--json", "status"}));
+  REQUIRE(js.code == 0);
+  auto j = nlohmann::json::parse(js.out);
+  CHECK(j["expectMs"] == 600000);
+  const std::int64_t free_in = j["freeInMs"].get<std::int64_t>();
+  CHECK(free_in > 500000);
+  CHECK(free_in <= 600000);
+  auto& w = j["waiters"];
+  REQUIRE(w.size() == 3);
+  CHECK(w[0]["label"] == "a");
+  CHECK(w[0]["position"] == 1);
+  CHECK(w[0]["expectMs"] == 300000);
+  CHECK(w[0]["etaMs"].get<std::int64_t>() <= free_in);
+  CHECK(w[0]["etaMs"].get<std::int64_t>() > free_in - 10000);
+  CHECK(w[1]["position"] == 2);
+  CHECK(w[1]["expectMs"].is_null());
+  CHECK(w[1]["etaMs"].get<std::int64_t>() == w[0]["etaMs"].get<std::int64_t>() + 300000);
+  CHECK(w[2]["position"] == 3);
+  CHECK(w[2]["priority"] == -5);
+  CHECK(w[2]["etaMs"].is_null());  // b ahead of it declared nothing
+  auto text = run_cli(with_lock(d, {"status"}));
+  CHECK_THAT(text.out, Catch::Contains("expected free in ~9m") || Catch::Contains("expected free in ~10m"));
+  CHECK_THAT(text.out, Catch::Contains("#2") && Catch::Contains("priority -5"));
+  holder->write_line("go");
+  CHECK(holder->wait() == std::optional<int>(0));
+  for (auto& c : ws) CHECK(c->wait(30s) == std::optional<int>(0));
 }
