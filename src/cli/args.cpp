@@ -96,10 +96,11 @@ const std::map<std::string, std::string>& helps() {
        "  --wait, 5 when the lock was taken from it meanwhile. The json has the slot as \"gpu\".\n"
        "  --priority P, --expect DUR: as for run.\n"},
       {"wait-free",
-       "offload-lock wait-free [--wait DUR] [--poll DUR]\n"
+       "offload-lock wait-free [--wait DUR] [--poll DUR] [--within DUR]\n"
        "  Exit 0 as soon as the lock is free, 1 if still held when --wait ends. Wakes on the lock's\n"
        "  removal and its holder's death; --poll (default 1s) is the re-check period where the file\n"
-       "  system gives no notifications.\n"},
+       "  system gives no notifications. --within DUR: exit 1 at once when the holder declared\n"
+       "  (--expect) it will keep the lock longer than DUR from now.\n"},
   };
   return h;
 }
@@ -205,6 +206,10 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
       if (auto e = duration(a, out.poll)) return e;
       if (out.poll.count() <= 0 || out.poll == std::chrono::milliseconds::max())
         return std::string("--poll must be a finite duration longer than 0");
+    } else if (a == "--within" && allowed({"wait-free"})) {
+      std::chrono::milliseconds w{};
+      if (auto e = duration(a, w)) return e;
+      out.within = w;
     } else if (a == "--pid" && allowed({"acquire", "release"})) {
       std::string v;
       if (auto e = value(a, v)) return e;

@@ -26,6 +26,7 @@ struct args {
   bool explain = false;                       // path
   std::optional<std::chrono::milliseconds> wait;
   std::chrono::milliseconds poll = std::chrono::seconds(1);
+  std::optional<std::chrono::milliseconds> within;  // wait-free --within
   std::int64_t pid = 0;                       // acquire / release
   std::string token;                          // release
   bool force = false;                         // release

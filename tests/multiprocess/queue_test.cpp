@@ -238,3 +238,23 @@ TEST_CASE("status shows the queue's positions, declared durations and ETAs", "[m
   CHECK(holder->wait() == std::optional<int>(0));
   for (auto& c : ws) CHECK(c->wait(30s) == std::optional<int>(0));
 }
+
+TEST_CASE("wait-free --within answers at once when the holder declared a longer hold", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  auto holder = std::make_unique<child>(cli_exe(),
+                                        with_lock(d, {"run", "--expect", "20m", "--", "sh", "-c", "echo held; read x"}));
+  REQUIRE(holder->read_line() == std::optional<std::string>("held"));
+  cli_result r;
+  auto began = std::chrono::steady_clock::now();
+  r = run_cli(with_lock(d, {"wait-free", "--wait", "30", "--within", "90"}));
+  CHECK(r.code == 1);
+  CHECK(std::chrono::steady_clock::now() - began < 5s);
+  // Within a budget longer than the declared hold, it waits as before.
+  began = std::chrono::steady_clock::now();
+  r = run_cli(with_lock(d, {"wait-free", "--wait", "0.3", "--within", "30m"}));
+  CHECK(r.code == 1);
+  CHECK(std::chrono::steady_clock::now() - began >= 300ms);
+  holder->write_line("go");
+  CHECK(holder->wait() == std::optional<int>(0));
+  CHECK(run_cli(with_lock(d, {"wait-free", "--wait", "0", "--within", "1"})).code == 0);
+}
