@@ -94,6 +94,7 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
       if (*tr == turn::cancelled) return error(errc::cancelled, path);
     }
     rec.started_at = sys::now_ms();
+    if (place) rec.passed_over = place->passed_still_queued();
     const std::string bytes = serialize(rec);
     auto c = try_claim(t, bytes);
     // Out of space or descriptors: that ends the wait only when the lock is

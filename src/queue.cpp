@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "inspect.hpp"
+#include "meta.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
 #include "wait.hpp"
@@ -50,6 +51,16 @@ std::vector<queue_entry> queue_place::ahead() {
   return out;
 }
 
+std::vector<std::int64_t> queue_place::passed_still_queued() {
+  std::vector<std::int64_t> out;
+  if (passed_.empty()) return out;
+  for (const auto& e : reader_.live())
+    if (passed_.count(e.rec.pid) && std::find(out.begin(), out.end(), e.rec.pid) == out.end() &&
+        out.size() < max_passed_over)
+      out.push_back(e.rec.pid);
+  return out;
+}
+
 result<turn> wait_turn(queue_place& place, const target& t, const lock_options& opt, std::int64_t deadline,
                        wait_report* rep, watch_clock& seen) {
   const process_view pv = process_view::real();
@@ -74,6 +85,20 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
     auto d = inspect_target(t, opt.ttl.count(), opt.grace.count(), pv, &seen);
     if (!d) return d.error();
     d->o.dir.reset();
+    // Whom the holder passed over (a claim proves the holder was next in
+    // line) are passed over here too, rather than given their grace again.
+    if (d->o.snap.present && d->o.snap.meta_exists && !d->o.snap.meta.passed_over.empty()) {
+      for (std::int64_t pid : d->o.snap.meta.passed_over) place.pass_over(pid);
+      const auto before = ahead.size();
+      ahead.erase(std::remove_if(ahead.begin(), ahead.end(),
+                                 [&](const queue_entry& e) {
+                                   return std::find(d->o.snap.meta.passed_over.begin(),
+                                                    d->o.snap.meta.passed_over.end(),
+                                                    e.rec.pid) != d->o.snap.meta.passed_over.end();
+                                 }),
+                  ahead.end());
+      if (ahead.size() != before) continue;
+    }
     const bool available = !d->o.snap.present || d->v.stale;
     if (trying && !available) return turn::busy;
     std::vector<std::string> names;

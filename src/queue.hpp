@@ -40,6 +40,10 @@ class queue_place {
   std::vector<queue_entry> ahead();
   // From now on the entries of `pid` are not waited for.
   void pass_over(std::int64_t pid) { passed_.insert(pid); }
+  // The passed-over pids that still have a live entry in the queue: what a
+  // holder records (meta.json passedOver) so that those behind it do not
+  // give them their grace again.
+  std::vector<std::int64_t> passed_still_queued();
   registry_reader& reader() { return reader_; }
 
  private:
@@ -60,7 +64,8 @@ enum class turn { mine, busy, timed_out, cancelled };
 // a free lock with live waiters ahead is theirs for pass_over_grace_ms, then
 // it is this try's turn.
 // The next in line watches the lock and passes over a waiter ahead that
-// leaves it free for pass_over_grace_ms; everyone else sleeps on the
+// leaves it free for pass_over_grace_ms (and those the holder's meta.json
+// says it passed over, at once); everyone else sleeps on the
 // entries of the two waiters ahead of it, so a release wakes two processes,
 // not the queue. Only a failure to look at the lock is an error.
 result<turn> wait_turn(queue_place& place, const target& t, const lock_options& opt, std::int64_t deadline,

@@ -62,7 +62,8 @@ const std::map<std::string, std::string>& helps() {
        "  --prometheus  print the node_exporter textfile-collector format instead (exit 0)\n"
        "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
       {"acquire",
-       "offload-lock acquire [--wait DUR] [--remind DUR] [--pid PID] [--label TEXT] [--gpus N|auto | --gpu K]\n"
+       "offload-lock acquire [--wait DUR] [--remind DUR] [--pid PID] [--label TEXT] [--priority P] [--expect DUR]\n"
+       "                     [--gpus N|auto | --gpu K]\n"
        "  Take the lock on behalf of PID (default: the calling process's parent, so a script or\n"
        "  Node runner calling this command is the recorded holder) and print its token. The lock\n"
        "  stays held after this command exits; a background keeper refreshes it while PID lives\n"
@@ -75,8 +76,8 @@ const std::map<std::string, std::string>& helps() {
        "  parent). Exit 0 released or already free, 3 held by someone else. --force removes it\n"
        "  anyway and says whose it was. With --gpus N, the slot among 0..N-1 held by that holder.\n"},
       {"run",
-       "offload-lock run [--wait DUR] [--remind DUR] [--label TEXT] [--busy-exit N] [--on-lost warn|term]\n"
-       "                 [--gpus N|auto | --gpu K] -- CMD [ARG...]\n"
+       "offload-lock run [--wait DUR] [--remind DUR] [--label TEXT] [--priority P] [--expect DUR] [--busy-exit N]\n"
+       "                 [--on-lost warn|term] [--gpus N|auto | --gpu K] -- CMD [ARG...]\n"
        "  Hold the lock while CMD runs and exit with CMD's status (128+N when killed by signal N).\n"
        "  CMD's pid is the recorded holder, so the lock stays held while CMD lives even if\n"
        "  offload-lock itself is killed. SIGINT, SIGTERM and SIGHUP sent to offload-lock go to CMD.\n"
@@ -90,7 +91,8 @@ const std::map<std::string, std::string>& helps() {
        "  interactive) first, then arrival. --expect DUR declares how long CMD will hold the lock,\n"
        "  for the ETAs status shows.\n"},
       {"hold",
-       "offload-lock hold [--wait DUR] [--remind DUR] [--label TEXT] [--gpus N|auto | --gpu K]\n"
+       "offload-lock hold [--wait DUR] [--remind DUR] [--label TEXT] [--priority P] [--expect DUR]\n"
+       "                  [--gpus N|auto | --gpu K]\n"
        "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
        "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
        "  --wait, 5 when the lock was taken from it meanwhile. The json has the slot as \"gpu\".\n"
@@ -100,7 +102,7 @@ const std::map<std::string, std::string>& helps() {
        "  Exit 0 as soon as the lock is free, 1 if still held when --wait ends. Wakes on the lock's\n"
        "  removal and its holder's death; --poll (default 1s) is the re-check period where the file\n"
        "  system gives no notifications. --within DUR: exit 1 at once when the holder declared\n"
-       "  (--expect) it will keep the lock longer than DUR from now.\n"},
+       "  that it will keep the lock longer than DUR from now.\n"},
   };
   return h;
 }
