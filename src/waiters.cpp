@@ -62,6 +62,10 @@ void sweep_dead(int dir, const std::string& keep, const std::string& shown) {
       continue;
     }
     if (sys::probe(name_pid) == sys::liveness::alive) continue;
+    // Another user's file is not ours to remove (and, in a sticky /tmp, not
+    // removable): a stat rather than a read for each of a flood.
+    auto st = sys::stat_at(dir, n, shown);
+    if (!st || st->uid != sys::effective_uid()) continue;
     if (temporary) {
       // Being written: judged by the pid in its name.
       try {
@@ -71,8 +75,10 @@ void sweep_dead(int dir, const std::string& keep, const std::string& shown) {
       }
       other.host = sys::host_name();
     } else {
-      auto mb = sys::read_file_at(dir, n, kEntryCap, shown);
-      if (!mb || mb->truncated || !parse_waiter(mb->bytes, other)) continue;
+      // Write-locked: its waiter lives, in a pid namespace where the pid
+      // in its name means another process (or none).
+      auto mb = sys::read_file_at(dir, n, kEntryCap, shown, true);
+      if (!mb || mb->truncated || mb->write_locked || !parse_waiter(mb->bytes, other)) continue;
     }
     if (other.host == sys::host_name() && !alive(other)) (void)sys::unlink_at(dir, n, false, shown);
   }

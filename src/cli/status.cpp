@@ -131,8 +131,8 @@ ojson ms_or_null(const std::optional<milliseconds>& d) { return d ? ojson(d->cou
 // The holder's declared duration and expected free time (null when unknown,
 // 0 when overdue or free).
 void add_expectation(ojson& j, const info& i) {
-  j["priority"] = i.priority;
-  j["expectMs"] = i.expected.count() > 0 ? ojson(i.expected.count()) : ojson();
+  j["priority"] = i.held ? ojson(i.priority) : ojson();
+  j["expectMs"] = i.held && i.expected.count() > 0 ? ojson(i.expected.count()) : ojson();
   j["freeInMs"] = i.held ? ms_or_null(i.expected_free_in) : ojson(0);
 }
 
