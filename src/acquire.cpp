@@ -87,7 +87,7 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
     // The queue first: claim only when no live waiter is ahead. Mutual
     // exclusion is the claim's alone; this only decides when to try.
     if (place) {
-      auto tr = wait_turn(*place, t, opt, deadline, rep, seen);
+      auto tr = wait_turn(*place, t, opt, deadline, rep, seen, watch.shared());
       if (!tr) return tr.error();
       if (*tr == turn::busy) return error(errc::busy, path);
       if (*tr == turn::timed_out) return error(errc::timed_out, path);
@@ -161,7 +161,10 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
     if (place) place->join();
     if (rep) rep->waiting({d->i});
     d->o.dir.reset();
-    if (!watch.wait_for_change(t, d->o.snap, v, deadline, fallback_poll_ms, opt.cancel_fds, rep))
+    // At the head of a queue, a lock that cannot be watched is re-checked
+    // often: those behind wait for this one.
+    const std::int64_t poll = place && place->joined() ? queue_poll_ms : fallback_poll_ms;
+    if (!watch.wait_for_change(t, d->o.snap, v, deadline, poll, opt.cancel_fds, rep))
       return error(errc::cancelled, path);
   }
 }

@@ -62,10 +62,21 @@ std::vector<std::int64_t> queue_place::passed_still_queued() {
 }
 
 result<turn> wait_turn(queue_place& place, const target& t, const lock_options& opt, std::int64_t deadline,
-                       wait_report* rep, watch_clock& seen) {
+                       wait_report* rep, watch_clock& seen, sys::watcher& w) {
   const process_view pv = process_view::real();
-  std::unique_ptr<sys::watcher> w;
   armed_lock armed;
+  std::vector<int> files;  // this call's file watches
+  auto unwatch_own = [&] {
+    for (int id : files) w.unwatch(id);
+    files.clear();
+    w.unwatch(armed.dir_id);
+    w.unwatch(armed.pid_id);
+    armed = armed_lock{};
+  };
+  struct on_exit {
+    decltype(unwatch_own)& f;
+    ~on_exit() { f(); }
+  } cleanup{unwatch_own};
   // Since when (monotonic) the lock has looked free with the same waiters
   // ahead; -1 while it is held.
   std::int64_t free_since = -1;
@@ -121,14 +132,12 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
       continue;
     }
 
-    if (!w) w = std::make_unique<sys::watcher>();
-    w->unwatch_all();
-    armed = armed_lock{};
+    unwatch_own();
     std::int64_t timeout = safety_recheck_ms;
     if (free_since >= 0) timeout = patience - (now - free_since);
     if (ahead.size() == 1 || trying) {
       if (!available) {
-        auto a = armed.arm(*w, t, d->o.snap, d->v, fallback_poll_ms);
+        auto a = armed.arm(w, t, d->o.snap, d->v, queue_poll_ms);
         if (!a) continue;  // changed meanwhile
         timeout = std::min(timeout, *a);
       }
@@ -140,14 +149,18 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
     bool gone = false;
     for (std::size_t k = ahead.size() > 2 ? ahead.size() - 2 : 0; k < ahead.size(); ++k) {
       const std::string& n = ahead[k].name;
-      if (w->watch_file(place.reader().dir_path() + "/" + n) < 0) timeout = std::min(timeout, fallback_poll_ms);
+      // Unwatchable (no inotify instance left): the next two in line look
+      // often, since the lock may be theirs the moment this entry goes.
+      const int id = w.watch_file(place.reader().dir_path() + "/" + n);
+      if (id >= 0) files.push_back(id);
+      else timeout = std::min(timeout, ahead.size() <= 2 ? queue_poll_ms : fallback_poll_ms);
       if (!place.reader().present(n)) gone = true;
     }
     if (gone) continue;
     if (rep && !trying) rep->waiting({d->i});
     if (deadline >= 0 && !trying) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
     std::vector<int> fired;
-    auto once = [&](std::int64_t ms) { return w->wait(ms, opt.cancel_fds, &fired); };
+    auto once = [&](std::int64_t ms) { return w.wait(ms, opt.cancel_fds, &fired); };
     const auto why = rep ? rep->wait_ticking(timeout, once) : once(timeout);
     if (why == sys::watcher::wake::extra_fd) return turn::cancelled;
     armed.woken(fired);

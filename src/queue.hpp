@@ -11,6 +11,7 @@
 
 #include "judge.hpp"
 #include "lock_dir.hpp"
+#include "os/watch.hpp"
 #include "offload_lock/lock.hpp"
 #include "waiters.hpp"
 
@@ -21,6 +22,10 @@ class wait_report;
 // How long a waiter ahead may leave a free lock unclaimed before those
 // behind it pass it over (a stopped or hung process).
 inline constexpr std::int64_t pass_over_grace_ms = 200;
+// How often the head and the next in line re-check a lock they cannot
+// watch (no inotify instance left: 128 per user by default), well within
+// the grace, so that the queue does not wait a fallback second per handoff.
+inline constexpr std::int64_t queue_poll_ms = 25;
 
 // One waiter's place in the queue of the lock at `registry_path` (slot 0's
 // path), for slot `slot` (0 for a plain lock). Made when an acquisition
@@ -68,8 +73,10 @@ enum class turn { mine, busy, timed_out, cancelled };
 // says it passed over, at once); everyone else sleeps on the
 // entries of the two waiters ahead of it, so a release wakes two processes,
 // not the queue. Only a failure to look at the lock is an error.
+// `w`: the acquisition's watcher; only this call's own items are added and
+// removed.
 result<turn> wait_turn(queue_place& place, const target& t, const lock_options& opt, std::int64_t deadline,
-                       wait_report* rep, watch_clock& seen);
+                       wait_report* rep, watch_clock& seen, sys::watcher& w);
 
 }  // namespace offload_lock::detail
 
