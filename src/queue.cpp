@@ -43,7 +43,7 @@ std::vector<queue_entry> queue_place::ahead() {
   std::vector<queue_entry> out;
   if (!opt_.register_waiter) return out;  // not queueing: nobody is ahead
   const int slot = queue_slot(me_.rec);
-  for (auto& e : reader_.live()) {
+  for (auto& e : reader_.live(joined() ? &me_ : nullptr)) {
     if (joined() && (e.name == me_.name || !served_before(e, me_))) break;
     if (queue_slot(e.rec) != slot || passed_.count(e.rec.pid) || e.rec.pid == me_.rec.pid) continue;
     out.push_back(std::move(e));
@@ -149,11 +149,13 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
     bool gone = false;
     for (std::size_t k = ahead.size() > 2 ? ahead.size() - 2 : 0; k < ahead.size(); ++k) {
       const std::string& n = ahead[k].name;
-      // Unwatchable (no inotify instance left): the next two in line look
-      // often, since the lock may be theirs the moment this entry goes.
+      // Unwatchable (no inotify instance left): look the more often the
+      // nearer the front (25 ms per waiter ahead, at most a second), since
+      // a fast queue moves a waiter to the front between two slow looks.
       const int id = w.watch_file(place.reader().dir_path() + "/" + n);
       if (id >= 0) files.push_back(id);
-      else timeout = std::min(timeout, ahead.size() <= 2 ? queue_poll_ms : fallback_poll_ms);
+      else
+        timeout = std::min({timeout, fallback_poll_ms, queue_poll_ms * static_cast<std::int64_t>(ahead.size())});
       if (!place.reader().present(n)) gone = true;
     }
     if (gone) continue;

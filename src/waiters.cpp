@@ -253,7 +253,7 @@ bool registry_reader::open_dir() {
   return true;
 }
 
-std::vector<queue_entry> registry_reader::live() {
+std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
   std::vector<queue_entry> out;
   if (!open_dir()) return out;
   auto names = sys::list_dir(dir_.get(), lock_path_);
@@ -268,6 +268,11 @@ std::vector<queue_entry> registry_reader::live() {
     if (++seen > kMaxEntries) break;
     auto cached = parsed_.find(n);
     const bool have = cached != parsed_.end();
+    // Known to come after `before`: kept, not probed.
+    if (have && before && !served_before({n, cached->second.second}, *before)) {
+      kept[n] = cached->second;
+      continue;
+    }
     // A known entry is only probed (one byte read); a new one read whole.
     auto mb = sys::read_file_at(dir_.get(), n, have ? 0 : kEntryCap, lock_path_, true);
     if (!mb) continue;  // gone meanwhile, or not a file
@@ -292,7 +297,8 @@ std::vector<queue_entry> registry_reader::live() {
       continue;
     }
     kept[n] = {mb->st.id, r};
-    out.push_back({n, std::move(r)});
+    queue_entry e{n, std::move(r)};
+    if (!before || served_before(e, *before)) out.push_back(std::move(e));
   }
   parsed_ = std::move(kept);
   std::sort(out.begin(), out.end(), served_before);

@@ -87,8 +87,11 @@ int queue_slot(const waiter_record& r);
 class registry_reader {
  public:
   explicit registry_reader(const std::string& lock_path);
-  // The live entries, in serving order, at most 4096 looked at.
-  std::vector<queue_entry> live();
+  // The live entries, in serving order, at most 4096 looked at. With
+  // `before`, only those served before it: the others (whose order is
+  // fixed by their keys) are not probed at all, so the front of a long
+  // queue looks at a few entries, not all of them.
+  std::vector<queue_entry> live(const queue_entry* before = nullptr);
   // Whether the entry `name` is still there (a cheap stat).
   bool present(const std::string& name);
   const std::string& dir_path() const { return dir_path_; }
