@@ -15,6 +15,7 @@
 #include "offload_lock/path.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
+#include "queue.hpp"
 #include "reclaim.hpp"
 #include "token.hpp"
 #include "wait.hpp"
@@ -49,6 +50,8 @@ result<meta_record> record_for(const lock_options& opt) {
   // Where /proc is not this pid namespace's, only this process's own start
   // can be read (from /proc/self); another pid's would be a stranger's.
   rec.pid_ns = sys::pid_namespace().value_or(0);
+  rec.priority = opt.priority;
+  rec.expect_ms = opt.expected.count() > 0 ? opt.expected.count() : 0;
   if (auto ps = sys::start_of(rec.pid)) {
     rec.proc_start = ps->epoch_ms;
     rec.proc_ticks = ps->ticks;
@@ -62,8 +65,11 @@ result<meta_record> record_for(const lock_options& opt) {
 // the deadline passes or a cancel descriptor fires. `seen`: the watch clock
 // of a caller that judges this lock across several calls (a wait among GPU
 // slots); each call has its own otherwise.
+// `place`: this waiter's place in the lock's queue; null for a try that
+// does not queue (one round of a wait among several slots).
 result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& opt, meta_record rec,
-                                                  std::int64_t deadline, wait_report* rep, watch_clock* seen_across) {
+                                                  std::int64_t deadline, wait_report* rep, watch_clock* seen_across,
+                                                  queue_place* place) {
   const std::string path = t.path;
   const process_view pv = process_view::real();
   const std::int64_t ttl = opt.ttl.count(), grace = opt.grace.count();
@@ -78,7 +84,17 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
   sys::file_id contended_id;
   std::int64_t contended_since = -1;
   for (;;) {
+    // The queue first: claim only when no live waiter is ahead. Mutual
+    // exclusion is the claim's alone; this only decides when to try.
+    if (place) {
+      auto tr = wait_turn(*place, t, opt, deadline, rep, seen, watch.shared());
+      if (!tr) return tr.error();
+      if (*tr == turn::busy) return error(errc::busy, path);
+      if (*tr == turn::timed_out) return error(errc::timed_out, path);
+      if (*tr == turn::cancelled) return error(errc::cancelled, path);
+    }
     rec.started_at = sys::now_ms();
+    if (place) rec.passed_over = place->passed_still_queued();
     const std::string bytes = serialize(rec);
     auto c = try_claim(t, bytes);
     // Out of space or descriptors: that ends the wait only when the lock is
@@ -140,9 +156,15 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
     churn.waited();
     if (opt.wait.count() <= 0) return error(errc::busy, path);
     if (deadline >= 0 && sys::monotonic_ms() >= deadline) return error(errc::timed_out, path);
+    // Starting to wait: into the queue, so that whoever comes next waits
+    // behind this one.
+    if (place) place->join();
     if (rep) rep->waiting({d->i});
     d->o.dir.reset();
-    if (!watch.wait_for_change(t, d->o.snap, v, deadline, fallback_poll_ms, opt.cancel_fds, rep))
+    // At the head of a queue, a lock that cannot be watched is re-checked
+    // often: those behind wait for this one.
+    const std::int64_t poll = place && place->joined() ? queue_poll_ms : fallback_poll_ms;
+    if (!watch.wait_for_change(t, d->o.snap, v, deadline, poll, opt.cancel_fds, rep))
       return error(errc::cancelled, path);
   }
 }
@@ -150,9 +172,13 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
 
 
 // One slot's lock: the in-process queue (B10), a claim passed down (B11),
-// then the file claim.
+// then the file claim. `queue_base`: the registry (slot 0's path) of the
+// queue this acquisition joins while it waits; null: it does not queue.
 result<lock> acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep,
-                          watch_clock* seen = nullptr) {
+                          watch_clock* seen = nullptr, const std::string* queue_base = nullptr) {
+  // Arrival is when the call began, so a thread that waited behind the
+  // other threads of its process keeps its place among other processes.
+  const std::int64_t arrived_us = sys::monotonic_us(), arrived_ms = sys::now_ms();
   auto tr = open_target(path);
   if (!tr) return tr.error();
   auto rec = record_for(opt);
@@ -166,12 +192,17 @@ result<lock> acquire_slot(const lock_options& opt, const std::string& path, int 
     ++gate->depth;
     return acquirer::make(gate, false, gpu);
   }
-  // Otherwise queue behind the other threads of this process, in arrival order.
+  // Otherwise queue behind the other threads of this process, in the order
+  // the lock's queue serves processes: priority, then arrival.
   const std::uint64_t ticket = gate->next_ticket++;
-  gate->queue.push_back(ticket);
-  auto my_turn = [&] { return !gate->owned && gate->queue.front() == ticket; };
+  const int priority = opt.priority;
+  gate->queue.insert(std::find_if(gate->queue.begin(), gate->queue.end(),
+                                  [&](const local_gate::waiting& q) { return q.priority < priority; }),
+                     local_gate::waiting{priority, ticket});
+  auto my_turn = [&] { return !gate->owned && gate->queue.front().ticket == ticket; };
   auto leave_queue = [&] {
-    gate->queue.erase(std::find(gate->queue.begin(), gate->queue.end(), ticket));
+    gate->queue.erase(std::find_if(gate->queue.begin(), gate->queue.end(),
+                                   [&](const local_gate::waiting& q) { return q.ticket == ticket; }));
     gate->cv.notify_all();
   };
   if (deadline < 0) {
@@ -197,7 +228,13 @@ result<lock> acquire_slot(const lock_options& opt, const std::string& path, int 
       return acquirer::make(gate, true, gpu);
     }
   }
-  auto held = acquire_file(std::move(*tr), opt, std::move(*rec), deadline, rep, seen);
+  std::optional<queue_place> place;
+  if (queue_base) {
+    place.emplace(opt, *queue_base, opt.gpu, opt.gpus, arrived_us, arrived_ms);
+    if (rep) rep->queued();
+  }
+  auto held = acquire_file(std::move(*tr), opt, std::move(*rec), deadline, rep, seen, place ? &*place : nullptr);
+  place.reset();  // out of the queue before anyone is told
   std::lock_guard<std::mutex> guard(gate->mu);
   if (!held) {
     gate->owned = false;
@@ -290,6 +327,9 @@ lock acquirer::make(const std::shared_ptr<local_gate>& gate, bool outermost, int
 }
 
 result<lock> acquirer::acquire(const lock_options& opt, const std::string& base) {
+  if (opt.priority < -100 || opt.priority > 100)
+    return error(errc::bad_input, "priority " + std::to_string(opt.priority) + " (-100 to 100)");
+  if (opt.expected.count() < 0) return error(errc::bad_input, "expected duration below 0");
   if (opt.gpus < 1 || opt.gpus > max_gpus)
     return error(errc::bad_input, "GPU count " + std::to_string(opt.gpus) + " (1 to " + std::to_string(max_gpus) + ")");
   if (opt.gpu >= max_gpus || (opt.gpus > 1 && opt.gpu >= opt.gpus))
@@ -300,7 +340,7 @@ result<lock> acquirer::acquire(const lock_options& opt, const std::string& base)
   if (opt.gpus == 1 || opt.gpu >= 0) {
     const int k = std::max(0, opt.gpu);
     wait_report rep(opt, base, opt.gpu, opt.gpus);
-    return acquire_slot(opt, gpu_slot_path(base, k), k, &rep);
+    return acquire_slot(opt, gpu_slot_path(base, k), k, &rep, nullptr, &base);
   }
   return acquire_any(opt, base);
 }

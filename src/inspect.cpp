@@ -2,6 +2,8 @@
 // wait_free() (include/offload_lock/inspect.hpp).
 #include "inspect.hpp"
 
+#include <algorithm>
+
 #include "os/clock.hpp"
 #include "os/process.hpp"
 #include "wait.hpp"
@@ -37,6 +39,11 @@ void fill_info(const snapshot& s, std::int64_t now, info& i) {
   i.tool = m.tool;
   i.age = milliseconds(now - s.meta_mtime_ms);
   i.held_for = m.started_at ? milliseconds(now - *m.started_at) : i.age;
+  if (m.priority) i.priority = static_cast<int>(std::clamp<std::int64_t>(*m.priority, -100, 100));
+  if (m.expect_ms && *m.expect_ms > 0) {
+    i.expected = milliseconds(*m.expect_ms);
+    i.expected_free_in = std::max(milliseconds(0), i.expected - i.held_for);
+  }
 }
 
 void set_stale(info& i, std::optional<std::string> why) {

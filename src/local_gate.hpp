@@ -1,5 +1,5 @@
 // Threads of one process (PROTOCOL B10): they queue for a lock inside the
-// process, in arrival order, so that only one makes the file claim, and a
+// process, in the order of the lock's queue (priority, then arrival), so that only one makes the file claim, and a
 // nested acquisition on the holding thread passes straight through.
 #ifndef OFFLOAD_LOCK_SRC_LOCAL_GATE_HPP
 #define OFFLOAD_LOCK_SRC_LOCAL_GATE_HPP
@@ -26,8 +26,12 @@ std::uint64_t this_thread_serial();
 struct local_gate {
   std::mutex mu;
   std::condition_variable cv;
+  struct waiting {
+    int priority;
+    std::uint64_t ticket;
+  };
   // cppcheck-suppress unusedStructMember ; used as gate->queue, through a shared_ptr
-  std::deque<std::uint64_t> queue;  // tickets of waiting threads, oldest first
+  std::deque<waiting> queue;  // waiting threads, in serving order (priority, then arrival)
   std::uint64_t next_ticket = 0;
   bool owned = false;
   std::uint64_t owner = 0;          // this_thread_serial() of the owning thread

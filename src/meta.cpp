@@ -4,6 +4,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "os/types.hpp"
+
 namespace offload_lock::detail {
 
 using ojson = nlohmann::ordered_json;
@@ -20,6 +22,13 @@ std::string serialize(const meta_record& m) {
   j["procStart"] = m.proc_start;
   j["procTicks"] = m.proc_ticks;
   if (m.pid_ns) j["pidNs"] = m.pid_ns;
+  if (m.priority) j["priority"] = m.priority;
+  if (m.expect_ms > 0) j["expectMs"] = m.expect_ms;
+  if (!m.passed_over.empty()) {
+    ojson p = ojson::array();
+    for (std::size_t k = 0; k < m.passed_over.size() && k < max_passed_over; ++k) p.push_back(m.passed_over[k]);
+    j["passedOver"] = std::move(p);
+  }
   j["tool"] = std::string("offload-lock/") + OFFLOAD_LOCK_VERSION;
   // replace: a label with invalid UTF-8 is written with U+FFFD, never thrown.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -186,6 +195,17 @@ parsed_meta parse_meta(std::string_view bytes) {
   if (auto it = v.find("pidNs"); it != v.end()) {
     auto t = integral(*it);
     if (t && *t > 0) m.pid_ns = static_cast<std::uint64_t>(*t);
+  }
+  if (auto it = v.find("priority"); it != v.end()) m.priority = integral(*it);
+  if (auto it = v.find("passedOver"); it != v.end() && it->is_array())
+    for (const auto& e : *it) {
+      if (m.passed_over.size() >= max_passed_over) break;
+      auto p = integral(e);
+      if (p && sys::valid_pid(*p)) m.passed_over.push_back(*p);
+    }
+  if (auto it = v.find("expectMs"); it != v.end()) {
+    auto e = integral(*it);
+    if (e && *e > 0) m.expect_ms = e;
   }
   m.token = string_or_empty(v, "token");
   m.label = string_or_empty(v, "label");

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace offload_lock::detail {
 
@@ -30,7 +31,16 @@ struct meta_record {
   std::int64_t proc_start = 0;   // the holder process's start, epoch ms
   std::uint64_t proc_ticks = 0;  // the same, in clock ticks since boot (exact)
   std::uint64_t pid_ns = 0;      // the inode of the holder's pid namespace; 0: unknown (not written)
+  int priority = 0;              // lock_options::priority (written when not 0)
+  std::int64_t expect_ms = 0;    // lock_options::expected; 0: undeclared (not written)
+  // Waiters (pids) this holder's acquisition passed over in the queue and
+  // still queued, so that those behind it pass them over too (not written
+  // when empty).
+  std::vector<std::int64_t> passed_over;
 };
+
+// At most this many passed-over pids are written or read.
+inline constexpr std::size_t max_passed_over = 64;
 
 // `{"pid":N,"startedAt":MS,...}`: the first two keys byte for byte as the Node
 // runners write them, then the extra keys. No spaces, no newline.
@@ -55,6 +65,8 @@ struct parsed_meta {
   std::optional<std::int64_t> proc_start;
   std::optional<std::uint64_t> proc_ticks;
   std::optional<std::uint64_t> pid_ns;  // "pidNs": the holder's pid namespace
+  std::optional<std::int64_t> priority, expect_ms;  // "priority", "expectMs"
+  std::vector<std::int64_t> passed_over;            // "passedOver", valid pids only
 };
 
 // Never throws, whatever the bytes. Invalid UTF-8 is read as U+FFFD the way

@@ -78,6 +78,18 @@ class lock_watch {
   // cancel_fds woke it.
   bool wait_for_change(const target& t, const snapshot& s, const verdict& v, std::int64_t deadline,
                        std::int64_t poll_ms, const std::vector<int>& cancel_fds = {}, wait_report* rep = nullptr);
+  // The watcher, for others that wait for the same acquisition (the queue):
+  // one inotify instance per waiting process, of the 128 a user may have.
+  // They add and remove only their own items.
+  // Drops this watch's own items first, so that none fires (a holder's
+  // pidfd stays readable once it has exited) while another waits on it.
+  sys::watcher& shared() {
+    if (!w_) w_ = std::make_unique<sys::watcher>();
+    w_->unwatch(armed_.dir_id);
+    w_->unwatch(armed_.pid_id);
+    armed_ = armed_lock{};
+    return *w_;
+  }
 
  private:
   std::unique_ptr<sys::watcher> w_;
@@ -91,6 +103,9 @@ class lock_watch {
 class wait_report {
  public:
   wait_report(const lock_options& o, std::string registry_path, int gpu, int gpus);
+  // The acquisition keeps its own entry in the registry (its place in the
+  // queue): this report writes none.
+  void queued() { tried_registering_ = true; }
   // Before each wait, with the holders as just judged.
   void waiting(std::vector<info> now);
   // Waits with `wait_fn(timeout)` for at most `timeout` (negative: no limit),

@@ -16,7 +16,7 @@ namespace {
 
 // An entry is "<pid>-<12 hex>.json"; while it is being written,
 // ".<pid>-<12 hex>.tmp", so a reader never sees half of one.
-constexpr std::size_t kEntryCap = std::size_t{64} * 1024;
+constexpr std::size_t kEntryCap = waiter_entry_cap;
 constexpr std::size_t kMaxEntries = 4096;
 
 bool entry_name(const std::string& n, bool& temporary) {
@@ -53,6 +53,19 @@ void sweep_dead(int dir, const std::string& keep, const std::string& shown) {
     bool temporary = false;
     if (n == keep || !entry_name(n, temporary) || ++seen > kMaxEntries) continue;
     waiter_record other;
+    // A waiter alive by the pid in its name is not swept: one kill(0) rather
+    // than a read, for every entry a flood may have planted.
+    std::int64_t name_pid = 0;
+    try {
+      name_pid = std::stoll(n.substr(temporary ? 1 : 0, n.find('-')));
+    } catch (...) {
+      continue;
+    }
+    if (sys::probe(name_pid) == sys::liveness::alive) continue;
+    // Another user's file is not ours to remove (and, in a sticky /tmp, not
+    // removable): a stat rather than a read for each of a flood.
+    auto st = sys::stat_at(dir, n, shown);
+    if (!st || st->uid != sys::effective_uid()) continue;
     if (temporary) {
       // Being written: judged by the pid in its name.
       try {
@@ -62,8 +75,10 @@ void sweep_dead(int dir, const std::string& keep, const std::string& shown) {
       }
       other.host = sys::host_name();
     } else {
-      auto mb = sys::read_file_at(dir, n, kEntryCap, shown);
-      if (!mb || mb->truncated || !parse_waiter(mb->bytes, other)) continue;
+      // Write-locked: its waiter lives, in a pid namespace where the pid
+      // in its name means another process (or none).
+      auto mb = sys::read_file_at(dir, n, kEntryCap, shown, true);
+      if (!mb || mb->truncated || mb->write_locked || !parse_waiter(mb->bytes, other)) continue;
     }
     if (other.host == sys::host_name() && !alive(other)) (void)sys::unlink_at(dir, n, false, shown);
   }
@@ -90,6 +105,10 @@ std::string serialize_waiter(const waiter_record& r) {
   j["gpus"] = r.gpus;
   j["bootId"] = r.boot_id;
   j["procTicks"] = r.proc_ticks;
+  j["priority"] = r.priority;
+  j["expectMs"] = r.expect_ms > 0 ? nlohmann::ordered_json(r.expect_ms) : nlohmann::ordered_json();
+  j["queuedUs"] = r.queued_us;
+  if (r.pid_ns) j["pidNs"] = r.pid_ns;
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
@@ -120,6 +139,14 @@ bool parse_waiter(const std::string& bytes, waiter_record& out) {
     auto g = it->get<std::int64_t>();
     if (g >= 1 && g <= 1024) out.gpus = static_cast<int>(g);
   }
+  if (auto it = j.find("priority"); it != j.end() && it->is_number_integer()) {
+    auto p = it->get<std::int64_t>();
+    out.priority = static_cast<int>(std::clamp<std::int64_t>(p, -100, 100));
+  }
+  if (auto it = j.find("expectMs"); it != j.end() && it->is_number_integer() && it->get<std::int64_t>() > 0)
+    out.expect_ms = it->get<std::int64_t>();
+  if (auto it = j.find("queuedUs"); it != j.end() && it->is_number_integer()) out.queued_us = it->get<std::int64_t>();
+  if (auto it = j.find("pidNs"); it != j.end() && it->is_number_unsigned()) out.pid_ns = it->get<std::uint64_t>();
   return true;
 }
 
@@ -146,8 +173,15 @@ std::unique_ptr<waiter_registration> waiter_registration::add(const std::string&
     auto d = sys::open_dir(parent->get(), reg->dir_name_, true, reg->shown_);
     if (!d) return nullptr;  // not a directory, or not ours to read
     const std::string tmp = "." + id + ".tmp", final_name = id + ".json";
-    if (auto e = sys::write_new_file_at(d->get(), tmp, bytes, reg->shown_)) {
-      if (e.code() == std::errc::no_such_file_or_directory) continue;
+    // 0644: only its owner can open it for writing, so only its owner can
+    // hold the write lock that proves the waiter alive.
+    auto f = sys::create_file_at(d->get(), tmp, bytes, 0644, reg->shown_);
+    if (!f) {
+      if (f.error().code() == std::errc::no_such_file_or_directory) continue;
+      (void)sys::unlink_at(d->get(), tmp, false, reg->shown_);
+      return nullptr;
+    }
+    if (sys::ofd_lock(f->get(), true)) {
       (void)sys::unlink_at(d->get(), tmp, false, reg->shown_);
       return nullptr;
     }
@@ -155,6 +189,7 @@ std::unique_ptr<waiter_registration> waiter_registration::add(const std::string&
       (void)sys::unlink_at(d->get(), tmp, false, reg->shown_);
       continue;
     }
+    reg->entry_ = std::move(*f);
     reg->file_ = final_name;
     reg->dir_ = std::move(*d);
     reg->parent_ = std::move(*parent);
@@ -167,6 +202,7 @@ std::unique_ptr<waiter_registration> waiter_registration::add(const std::string&
 waiter_registration::~waiter_registration() {
   try {
     (void)sys::unlink_at(dir_.get(), file_, false, shown_);
+    entry_.reset();
     sweep_dead(dir_.get(), file_, shown_);
     dir_.reset();
     // Succeeds only when no other entry is left (ENOTEMPTY otherwise).
@@ -186,23 +222,98 @@ void sweep_waiters(int parent, const std::string& dir_name, const std::string& l
   (void)sys::unlink_at(parent, dir_name, true, shown);
 }
 
-std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_ms) {
-  std::vector<waiter> out;
-  std::string name;
-  auto parent = open_parent(lock_path, name);
-  if (!parent) return out;
-  auto d = sys::open_dir(parent->get(), waiters_dir_name(name), true, lock_path);
-  if (!d) return out;
-  auto names = sys::list_dir(d->get(), lock_path);
+bool served_before(const queue_entry& a, const queue_entry& b) {
+  if (a.rec.priority != b.rec.priority) return a.rec.priority > b.rec.priority;
+  if (a.rec.queued_us != b.rec.queued_us) return a.rec.queued_us < b.rec.queued_us;
+  if (a.rec.pid != b.rec.pid) return a.rec.pid < b.rec.pid;
+  return a.name < b.name;
+}
+
+int queue_slot(const waiter_record& r) { return r.gpu >= 0 ? r.gpu : r.gpus == 1 ? 0 : -1; }
+
+registry_reader::registry_reader(const std::string& lock_path) : lock_path_(lock_path) {
+  std::string parent, name;
+  sys::split_path(lock_path, parent, name);
+  dir_name_ = waiters_dir_name(name);
+  dir_path_ = parent + "/" + dir_name_;
+}
+
+bool registry_reader::open_dir() {
+  if (!parent_.valid()) {
+    std::string name;
+    auto p = open_parent(lock_path_, name);
+    if (!p) return false;
+    parent_ = std::move(*p);
+  }
+  // Opened afresh each time: the last waiter out removes the directory and
+  // the next one in makes a new one.
+  auto d = sys::open_dir(parent_.get(), dir_name_, true, lock_path_);
+  if (!d) return false;
+  dir_ = std::move(*d);
+  return true;
+}
+
+std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
+  std::vector<queue_entry> out;
+  if (!open_dir()) return out;
+  auto names = sys::list_dir(dir_.get(), lock_path_);
   if (!names) return out;
+  const process_view pv = process_view::real();
+  const std::uint64_t my_ns = sys::pid_namespace().value_or(0);
   std::size_t seen = 0;
+  std::map<std::string, std::pair<sys::file_id, waiter_record>> kept;
   for (const auto& n : *names) {
     bool temporary = false;
-    if (!entry_name(n, temporary) || temporary) continue;
+    if (!entry_name(n, temporary) || temporary || dead_.count(n)) continue;
     if (++seen > kMaxEntries) break;
-    auto mb = sys::read_file_at(d->get(), n, kEntryCap, lock_path);
+    auto cached = parsed_.find(n);
+    const bool have = cached != parsed_.end();
+    // Known to come after `before`: kept, not probed.
+    if (have && before && !served_before({n, cached->second.second}, *before)) {
+      kept[n] = cached->second;
+      continue;
+    }
+    // A known entry is only probed (one byte read); a new one read whole.
+    auto mb = sys::read_file_at(dir_.get(), n, have ? 0 : kEntryCap, lock_path_, true);
+    if (!mb) continue;  // gone meanwhile, or not a file
     waiter_record r;
-    if (!mb || mb->truncated || !parse_waiter(mb->bytes, r) || !alive(r)) continue;
+    if (have && cached->second.first == mb->st.id) {
+      r = cached->second.second;
+    } else {
+      auto again = have ? sys::read_file_at(dir_.get(), n, kEntryCap, lock_path_, true) : std::move(mb);
+      if (!again) continue;
+      mb = std::move(again);
+      if (mb->truncated || !parse_waiter(mb->bytes, r) || n.compare(0, n.find('-'), std::to_string(r.pid)) != 0) {
+        dead_.insert(n);
+        continue;
+      }
+    }
+    // Another pid namespace's pid cannot be probed from here: its write
+    // lock is the proof.
+    const bool other_ns = r.pid_ns && my_ns && r.pid_ns != my_ns;
+    if (!mb->write_locked ||
+        (!other_ns && !recorded_process_alive({r.pid, r.host, r.boot_id, r.proc_ticks}, pv))) {
+      dead_.insert(n);
+      continue;
+    }
+    kept[n] = {mb->st.id, r};
+    queue_entry e{n, std::move(r)};
+    if (!before || served_before(e, *before)) out.push_back(std::move(e));
+  }
+  parsed_ = std::move(kept);
+  std::sort(out.begin(), out.end(), served_before);
+  return out;
+}
+
+bool registry_reader::present(const std::string& name) {
+  return dir_.valid() && sys::stat_at(dir_.get(), name, lock_path_).has_value();
+}
+
+std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_ms) {
+  std::vector<waiter> out;
+  registry_reader reader(lock_path);
+  for (auto& e : reader.live()) {
+    const waiter_record& r = e.rec;
     waiter w;
     w.pid = r.pid;
     w.label = r.label;
@@ -213,11 +324,10 @@ std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_
     w.waited = milliseconds(r.since > 0 && r.since <= now_ms ? now_ms - r.since : 0);
     w.gpu = r.gpu;
     w.gpus = r.gpus;
+    w.priority = r.priority;
+    w.expected = milliseconds(r.expect_ms);
     out.push_back(std::move(w));
   }
-  std::stable_sort(out.begin(), out.end(), [](const waiter& a, const waiter& b) {
-    return a.since != b.since ? a.since < b.since : a.pid < b.pid;
-  });
   return out;
 }
 

@@ -1,11 +1,16 @@
 // The waiter registry: each offload-lock process that waits for the lock
-// keeps one small JSON file in a directory next to it, so that `status` can
-// list the queue. Advisory only: the lock itself never depends on it.
+// keeps one small JSON file in a directory next to it, open for writing with
+// an OFD write lock on it for as long as it waits (its proof of life, as
+// meta.json's is the holder's). The entries are the queue: waiters are
+// served by priority, then arrival (queue.hpp). Mutual exclusion never
+// depends on it.
 #ifndef OFFLOAD_LOCK_SRC_WAITERS_HPP
 #define OFFLOAD_LOCK_SRC_WAITERS_HPP
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,7 +29,14 @@ struct waiter_record {
   std::int64_t since = 0;
   int gpu = -1;
   int gpus = 1;
+  int priority = 0;              // higher is served first
+  std::int64_t expect_ms = 0;    // the declared duration; 0: undeclared
+  std::int64_t queued_us = 0;    // arrival, monotonic microseconds (sys::monotonic_us)
+  std::uint64_t pid_ns = 0;      // the waiter's pid namespace; 0: unknown
 };
+
+// The largest entry read; anything longer is not an entry.
+inline constexpr std::size_t waiter_entry_cap = 4096;
 
 // Serialized and read back; parse fails (false) on anything but an object
 // with a positive integer pid.
@@ -32,9 +44,13 @@ std::string serialize_waiter(const waiter_record& r);
 bool parse_waiter(const std::string& bytes, waiter_record& out);
 
 // One registration, removed by the destructor (and the registry directory
-// with it when that was the last entry).
+// with it when that was the last entry). The entry is written under a
+// temporary name, write-locked, then renamed in: under its final name it is
+// write-locked from the first moment, so a reader that finds one unlocked
+// knows its waiter is gone for good.
 class waiter_registration {
  public:
+  const std::string& name() const { return file_; }
   // Registers `rec` next to the lock at `lock_path`. Best effort: nullptr
   // when the registry cannot be written (permissions, a foreign file in the
   // way); waiting goes on unregistered. Also removes entries of this host's
@@ -46,8 +62,46 @@ class waiter_registration {
 
  private:
   waiter_registration() = default;
-  sys::fd parent_, dir_;
+  sys::fd parent_, dir_, entry_;
   std::string dir_name_, file_, shown_;
+};
+
+// One live entry of the queue.
+struct queue_entry {
+  std::string name;
+  waiter_record rec;
+};
+
+// Serving order: priority (highest first), then arrival (earliest first),
+// then pid and name, so that every reader orders the same entries alike.
+bool served_before(const queue_entry& a, const queue_entry& b);
+
+// The slot an entry waits for: its gpu, slot 0 for a plain lock, -1 for a
+// wait among several slots (not ordered).
+int queue_slot(const waiter_record& r);
+
+// Reads one lock's registry again and again, cheaply: entries seen dead (not
+// write-locked, their process gone, unreadable, too long) are remembered by
+// name and never opened again; live ones are parsed once per inode and only
+// re-probed for their write lock. Not thread-safe.
+class registry_reader {
+ public:
+  explicit registry_reader(const std::string& lock_path);
+  // The live entries, in serving order, at most 4096 looked at. With
+  // `before`, only those served before it: the others (whose order is
+  // fixed by their keys) are not probed at all, so the front of a long
+  // queue looks at a few entries, not all of them.
+  std::vector<queue_entry> live(const queue_entry* before = nullptr);
+  // Whether the entry `name` is still there (a cheap stat).
+  bool present(const std::string& name);
+  const std::string& dir_path() const { return dir_path_; }
+
+ private:
+  bool open_dir();
+  std::string lock_path_, dir_name_, dir_path_;
+  sys::fd parent_, dir_;
+  std::map<std::string, std::pair<sys::file_id, waiter_record>> parsed_;
+  std::set<std::string> dead_;
 };
 
 // Removes the entries of this host's dead waiters from the registry
@@ -55,7 +109,7 @@ class waiter_registration {
 // Best effort; a waiter registering meanwhile makes the directory again.
 void sweep_waiters(int parent, const std::string& dir_name, const std::string& lock_path);
 
-// The live entries of the registry of the lock at `lock_path`, oldest first.
+// The live entries of the registry of the lock at `lock_path`, in serving order.
 std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_ms);
 
 }  // namespace offload_lock::detail

@@ -131,6 +131,12 @@ export interface SlotStatus extends LockInfo {
   gpu: number;
   /** null without nvidia-smi or when it does not know the GPU. */
   device: GpuDevice | null;
+  /** The holder's priority in the queue; null when free. */
+  priority: number | null;
+  /** How long the holder declared it would hold the lock, ms; null when undeclared or free. */
+  expectMs: number | null;
+  /** When the lock is expected to be free, ms from now: 0 when free or overdue, null when unknown. */
+  freeInMs: number | null;
 }
 
 /** An offload-lock process waiting for the lock. */
@@ -146,12 +152,19 @@ export interface Waiter {
   /** The slot it asked for; null: the first free one of `gpus`. */
   gpu: number | null;
   gpus: number;
+  /** Its place in its slot's queue, 1 = next; null for a wait among several slots. */
+  position: number | null;
+  priority: number;
+  /** Its declared duration, ms; null when undeclared. */
+  expectMs: number | null;
+  /** When it should get the lock, ms from now; null when unknown. */
+  etaMs: number | null;
 }
 
 /** What {@link inspect} returns: slot 0 at the top level, every slot in `slots`, and the waiters. */
 export interface LockStatus extends SlotStatus {
   slots: SlotStatus[];
-  /** Oldest first. */
+  /** In the order they will be served: priority, then arrival. */
   waiters: Waiter[];
 }
 

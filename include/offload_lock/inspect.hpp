@@ -53,6 +53,13 @@ struct info {
   // means nothing here, and v1 runners and Go readers outside that
   // namespace judge it by a stranger's pid (usually: dead).
   bool other_pid_namespace = false;
+  // What the holder declared (meta.json `priority`, `expectMs`): its
+  // priority in the queue, and how long it expects to hold the lock (0:
+  // undeclared; then expected_free_in is unknown too).
+  int priority = 0;
+  milliseconds expected{0};
+  // expected - held_for, at least 0 (overdue); nullopt when undeclared or free.
+  std::optional<milliseconds> expected_free_in;
   // Set when the lock could not be looked at (for example EACCES on its
   // parent); held is then false and the message names the path and errno.
   std::string problem;

@@ -82,8 +82,23 @@ struct lock_options {
   // it for the GPUs a CUDA_VISIBLE_DEVICES list allows.
   std::vector<int> allowed_gpus;
   // Register in the waiter registry while waiting, so `status` and
-  // waiters() list this process.
+  // waiters() list this process. The registry is also the queue: a waiter
+  // that does not register does not queue (it claims whenever it finds the
+  // lock free, as a v1 runner does).
   bool register_waiter = true;
+  // The queue (one lock, or one named slot): waiters are served by
+  // priority, highest first, then by arrival. A waiter joins when it starts
+  // to wait and claims only when no live waiter is ahead of it; a waiter
+  // ahead that does not claim a free lock within 200 ms (stopped, hung) is
+  // passed over. From -100 to 100 (else errc::bad_input); recorded in the
+  // entry and in meta.json (`priority`). Threads of one process are served
+  // in the same order. Waits among several slots (gpus > 1, gpu < 0) are
+  // not ordered.
+  int priority = 0;
+  // How long the holder expects to keep the lock, for the ETAs others see
+  // (meta.json `expectMs`, the waiter's entry); 0: undeclared. Advisory:
+  // the lock is not released when it passes.
+  milliseconds expected{0};
   // Called on the library's heartbeat thread when the lock turns out to
   // have been removed or replaced by someone else: at once (inotify) from
   // the lock's 20th millisecond on, at that moment for a loss before it.

@@ -22,14 +22,18 @@ struct waiter {
   milliseconds waited{0};  // now - since
   int gpu = -1;            // the GPU slot it asked for; -1: the first free of `gpus`
   int gpus = 1;            // how many slots it waits among
+  int priority = 0;        // lock_options::priority: higher is served first
+  milliseconds expected{0};  // its declared duration (lock_options::expected); 0: undeclared
 };
 
 // The processes waiting for the lock at `path` (slot 0's path when there are
-// several GPU slots), oldest first. Entries whose process is gone (dead, a
-// zombie, its pid reused, or from before a reboot) are left out.
+// several GPU slots), in the order the lock serves them: priority (highest
+// first), then arrival. An entry counts only while its process keeps it
+// write-locked (which no other user can fake) and is alive; entries whose
+// process is gone (dead, a zombie, its pid reused, or from before a reboot)
+// are left out.
 // - Never blocks; an unreadable or missing registry reads as no waiters.
-// - A process registers only once it has waited 100 ms, so a quick handoff
-//   never shows here. Thread-safe.
+// - A process is listed from the moment it starts to wait. Thread-safe.
 OFFLOAD_LOCK_API std::vector<waiter> waiters(const std::string& path);
 
 }  // namespace offload_lock

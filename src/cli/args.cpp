@@ -3,6 +3,8 @@
 #include "cli/args.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <iterator>
@@ -48,6 +50,18 @@ std::string one_line(const std::string& message) {
 
 }  // namespace
 
+std::optional<int> parse_priority(const std::string& text) {
+  if (text == "batch") return -10;
+  if (text == "normal") return 0;
+  if (text == "interactive") return 10;
+  const bool negative = !text.empty() && text[0] == '-';
+  const std::string digits = negative ? text.substr(1) : text;
+  if (digits.empty() || digits.size() > 3 || !all_digits(digits)) return std::nullopt;
+  const int v = std::stoi(digits) * (negative ? -1 : 1);
+  if (v < -100 || v > 100) return std::nullopt;
+  return v;
+}
+
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
   using ms = std::chrono::milliseconds;
   if (text == "forever") return ms::max();
@@ -83,6 +97,25 @@ std::optional<std::chrono::milliseconds> parse_duration(const std::string& text)
   return ms(static_cast<long long>(total));
 }
 
+std::optional<int> parse_signal(const std::string& text) {
+  static const std::pair<const char*, int> names[] = {
+      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
+      {"TERM", SIGTERM}, {"ALRM", SIGALRM}, {"CONT", SIGCONT}, {"WINCH", SIGWINCH}, {"URG", SIGURG},
+      {"PWR", SIGPWR},   {"XCPU", SIGXCPU}};
+  if (all_digits(text) && !text.empty() && text.size() <= 2) {
+    const int n = std::stoi(text);
+    // KILL and STOP cannot be caught: CMD could not yield, only die or stop.
+    if (n >= 1 && n <= 64 && n != SIGKILL && n != SIGSTOP) return n;
+    return std::nullopt;
+  }
+  std::string name = text;
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (name.compare(0, 3, "SIG") == 0) name.erase(0, 3);
+  for (const auto& [n, sig] : names)
+    if (name == n) return sig;
+  return std::nullopt;
+}
+
 std::optional<std::int64_t> parse_pid(const std::string& text) {
   if (!all_digits(text) || text.size() > 10) return std::nullopt;
   long long v = std::strtoll(text.c_str(), nullptr, 10);
@@ -101,11 +134,11 @@ const std::map<std::string, std::vector<std::string>>& command_options() {
   static const std::map<std::string, std::vector<std::string>> t = {
       {"path", {"--explain"}},
       {"status", {"--watch", "--prometheus", "--gpus", "--gpu"}},
-      {"acquire", {"--wait", "--remind", "--pid", "--label", "--gpus", "--gpu"}},
+      {"acquire", {"--wait", "--remind", "--pid", "--label", "--priority", "--expect", "--gpus", "--gpu"}},
       {"release", {"--pid", "--token", "--force", "--gpus", "--gpu"}},
-      {"run", {"--wait", "--remind", "--label", "--busy-exit", "--on-lost", "--gpus", "--gpu"}},
-      {"hold", {"--wait", "--remind", "--label", "--gpus", "--gpu"}},
-      {"wait-free", {"--wait", "--poll"}},
+      {"run", {"--wait", "--remind", "--label", "--priority", "--expect", "--yield-signal", "--busy-exit", "--on-lost", "--gpus", "--gpu"}},
+      {"hold", {"--wait", "--remind", "--label", "--priority", "--expect", "--gpus", "--gpu"}},
+      {"wait-free", {"--wait", "--poll", "--within"}},
       {"doctor", {}},
       {"help", {}},
   };
@@ -235,6 +268,10 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
       if (auto e = duration(a, out.poll)) return e;
       if (out.poll.count() <= 0 || out.poll == std::chrono::milliseconds::max())
         return std::string("--poll must be a finite duration longer than 0");
+    } else if (a == "--within" && takes(a)) {
+      std::chrono::milliseconds w{};
+      if (auto e = duration(a, w)) return e;
+      out.within = w;
     } else if (a == "--pid" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;
@@ -249,6 +286,16 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
     } else if (a == "--label" && takes(a)) {
       if (auto e = value(a, out.label)) return e;
       if (out.label.size() > 1024) return std::string("--label is longer than 1024 bytes");
+    } else if (a == "--priority" && takes(a)) {
+      std::string v;
+      if (auto e = value(a, v)) return e;
+      auto p = parse_priority(v);
+      if (!p) return "invalid priority for --priority: '" + v + "' (-100 to 100, batch, normal or interactive)";
+      out.priority = *p;
+    } else if (a == "--expect" && takes(a)) {
+      if (auto e = duration(a, out.expect)) return e;
+      if (out.expect.count() <= 0 || out.expect == std::chrono::milliseconds::max())
+        return std::string("--expect must be a finite duration longer than 0");
     } else if (a == "--gpus" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;
@@ -278,6 +325,12 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
       if (!all_digits(v) || v.size() > 3 || std::stoi(v) > 255)
         return "invalid exit code for --busy-exit: '" + v + "' (0 to 255)";
       out.busy_exit = std::stoi(v);
+    } else if (a == "--yield-signal" && takes(a)) {
+      std::string v;
+      if (auto e = value(a, v)) return e;
+      auto sig = parse_signal(v);
+      if (!sig) return "invalid signal for --yield-signal: '" + v + "' (a name such as USR1 or TERM, or a number from 1 to 64)";
+      out.yield_signal = *sig;
     } else if (a == "--on-lost" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;

@@ -26,12 +26,16 @@ struct args {
   bool explain = false;                       // path
   std::optional<std::chrono::milliseconds> wait;
   std::chrono::milliseconds poll = std::chrono::seconds(1);
+  std::optional<std::chrono::milliseconds> within;  // wait-free --within
   std::int64_t pid = 0;                       // acquire / release
   std::string token;                          // release
   bool force = false;                         // release
   std::string label;
+  int priority = 0;                           // acquire / run / hold --priority
+  std::chrono::milliseconds expect{0};        // acquire / run / hold --expect; 0: undeclared
   int busy_exit = exit_busy;                  // run
   bool on_lost_term = false;                  // run --on-lost term
+  int yield_signal = 0;                       // run --yield-signal; 0: CMD is not asked to yield
   std::vector<std::string> cmd;               // run
   // several GPUs: --gpus N|auto (gpus_auto), --gpu K
   int gpus = 1;
@@ -48,6 +52,12 @@ struct args {
 // as milliseconds::max()). nullopt for anything else (negative, empty,
 // junk, overflow, a unit repeated or out of order).
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
+// A --priority: an integer from -100 to 100, or batch (-10), normal (0),
+// interactive (10).
+std::optional<int> parse_priority(const std::string& text);
+// A --yield-signal: a name (USR1, SIGUSR1, usr1, ...) or a number from 1 to
+// 64, neither KILL nor STOP.
+std::optional<int> parse_signal(const std::string& text);
 // A positive decimal pid that fits the kernel's pid_t.
 std::optional<std::int64_t> parse_pid(const std::string& text);
 

@@ -53,6 +53,8 @@ lock_options options_for(const args& a, const gpu_plan& gpus, const std::string&
   o.wait = a.wait.value_or(wait_forever);
   o.ttl = a.ttl;
   o.label = a.label;
+  o.priority = a.priority;
+  o.expected = a.expect;
   if (gpus.slotted) {
     o.gpus = gpus.count;
     o.gpu = gpus.gpu;
@@ -331,7 +333,16 @@ int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
 }
 
 int cmd_wait_free(const args& a, const std::string& path) {
-  info i = wait_free(path, a.wait.value_or(wait_forever), a.poll, a.ttl);
+  info i;
+  // --within: a holder that declared it will stay longer than that is
+  // answered at once rather than after --wait.
+  if (a.within) {
+    i = inspect(path, a.ttl);
+    const bool too_long = i.held && i.expected_free_in && *i.expected_free_in > *a.within;
+    if (!too_long) i = wait_free(path, a.wait.value_or(wait_forever), a.poll, a.ttl);
+  } else {
+    i = wait_free(path, a.wait.value_or(wait_forever), a.poll, a.ttl);
+  }
   if (!i.problem.empty()) {
     say(i.problem);
     return exit_system;

@@ -22,33 +22,37 @@ const std::map<std::string, std::string>& helps() {
        "             (Go reads only $TMPDIR).\n"},
       {"status",
        "offload-lock status [--watch] [--prometheus] [--gpus N|auto | --gpu K]\n"
-       "  Show who holds the lock and who waits for it: one line for the holder, one per waiting\n"
-       "  offload-lock process (oldest first). Under each slot, the GPU as nvidia-smi reports it:\n"
+       "  Show who holds the lock and who waits for it: one line for the holder (with its expected\n"
+       "  free time when it declared a duration), one per waiting offload-lock process in the order\n"
+       "  the lock serves them, with position, priority and ETA. Under each slot, the GPU as nvidia-smi reports it:\n"
        "  memory used and total, utilization, and each process on it, with or without the lock.\n"
        "  Exit 0 when held (every slot held, with several GPUs), 1 when free. With --json, one\n"
        "  object: path, held, pid, startedAt, heldForMs, label, host, token, stale, ownerUid, gpu,\n"
        "  device (null, or index, uuid, name, memoryUsedMiB, memoryTotalMiB, utilizationPct,\n"
        "  processes: pid, name, memoryMiB, holdsLock), slots (one such object per GPU slot) and\n"
-       "  waiters (pid, label, host, since, waitedMs, gpu, gpus).\n"
+       "  waiters (pid, label, host, since, waitedMs, gpu, gpus, position, priority, expectMs,\n"
+       "  etaMs), and for the holder priority, expectMs, freeInMs and yieldRequested.\n"
        "  --watch       redraw whenever the holder or the queue changes, until interrupted\n"
        "  --prometheus  print the node_exporter textfile-collector format instead (exit 0)\n"
        "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
       {"acquire",
        "offload-lock acquire [-w|--wait DUR] [--remind DUR] [--pid PID] [-l|--label TEXT]\n"
-       "                     [--gpus N|auto | --gpu K]\n"
+       "                     [--priority P] [--expect DUR] [--gpus N|auto | --gpu K]\n"
        "  Take the lock on behalf of PID (default: the calling process's parent, so a script or\n"
        "  Node runner calling this command is the recorded holder) and print its token. The lock\n"
        "  stays held after this command exits; a background keeper refreshes it while PID lives\n"
        "  and releases it when PID exits. Exit 0 taken, 1 busy when --wait ends (default forever).\n"
-       "  With --gpus or --gpu it prints the token and the slot taken: TOKEN K.\n"},
+       "  With --gpus or --gpu it prints the token and the slot taken: TOKEN K.\n"
+       "  --priority P, --expect DUR: as for run.\n"},
       {"release",
        "offload-lock release [--pid PID | --token TOKEN] [--force] [--gpus N|auto | --gpu K]\n"
        "  Remove the lock only if that holder holds it (default: --pid of the calling process's\n"
        "  parent). Exit 0 released or already free, 3 held by someone else. --force removes it\n"
        "  anyway and says whose it was. With --gpus N, the slot among 0..N-1 held by that holder.\n"},
       {"run",
-       "offload-lock run [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--busy-exit N] [--on-lost warn|term]\n"
-       "                 [--gpus N|auto | --gpu K] -- CMD [ARG...]\n"
+       "offload-lock run [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--priority P] [--expect DUR]\n"
+       "                 [--yield-signal SIG] [--busy-exit N] [--on-lost warn|term] [--gpus N|auto | --gpu K]\n"
+       "                 -- CMD [ARG...]\n"
        "  Hold the lock while CMD runs and exit with CMD's status (128+N when killed by signal N).\n"
        "  CMD's pid is the recorded holder, so the lock stays held while CMD lives even if\n"
        "  offload-lock itself is killed. SIGINT, SIGTERM and SIGHUP sent to offload-lock go to CMD.\n"
@@ -58,13 +62,19 @@ const std::map<std::string, std::string>& helps() {
        "  stderr; with --on-lost term it also sends CMD SIGTERM.\n"
        "  Exit 1 (or N with --busy-exit) when still busy after --wait. With --gpus or --gpu, CMD\n"
        "  also sees OFFLOAD_LOCK_GPU=K and CUDA_VISIBLE_DEVICES naming GPU K by its UUID (else K,\n"
-       "  with CUDA_DEVICE_ORDER=PCI_BUS_ID).\n"},
+       "  with CUDA_DEVICE_ORDER=PCI_BUS_ID).\n"
+       "  Waiters are served in order: --priority P (-100 to 100, or batch, normal (the default),\n"
+       "  interactive) first, then arrival. --expect DUR declares how long CMD will hold the lock,\n"
+       "  for the ETAs status shows. --yield-signal SIG (a name such as USR1, or a number): CMD\n"
+       "  receives SIG once when a waiter of higher priority than its own arrives.\n"},
       {"hold",
-       "offload-lock hold [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--gpus N|auto | --gpu K]\n"
+       "offload-lock hold [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--priority P] [--expect DUR]\n"
+       "                  [--gpus N|auto | --gpu K]\n"
        "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
        "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
        "  --wait, 5 when the lock was removed or replaced during the hold (whoever did it, even\n"
-       "  if the path is free again). The json has the slot as \"gpu\".\n"},
+       "  if the path is free again). The json has the slot as \"gpu\".\n"
+       "  --priority P, --expect DUR: as for run.\n"},
       {"doctor",
        "offload-lock doctor\n"
        "  Check the setup and explain it, one line each: the path Node's rule, Go's rule and\n"
@@ -78,10 +88,11 @@ const std::map<std::string, std::string>& helps() {
        "  Without COMMAND, the overview of every command (as offload-lock --help); with one, that\n"
        "  command's help (as offload-lock COMMAND --help).\n"},
       {"wait-free",
-       "offload-lock wait-free [-w|--wait DUR] [--poll DUR]\n"
+       "offload-lock wait-free [-w|--wait DUR] [--poll DUR] [--within DUR]\n"
        "  Exit 0 as soon as the lock is free, 1 if still held when --wait ends. Wakes on the lock's\n"
        "  removal and its holder's death; --poll (default 1s) is the re-check period where the file\n"
-       "  system gives no notifications.\n"},
+       "  system gives no notifications. --within DUR: exit 1 at once when the holder declared\n"
+       "  that it will keep the lock longer than DUR from now.\n"},
   };
   return h;
 }

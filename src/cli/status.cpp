@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,13 +25,52 @@ namespace {
 
 constexpr auto gpu_usage_every = std::chrono::seconds(5);
 
+int slot_of(const args& a, std::size_t index) { return a.gpu >= 0 ? a.gpu : static_cast<int>(index); }
+
+// A waiter's place in its slot's queue: position 1 is next; the ETA is the
+// holder's expected free time plus the declared durations ahead of it,
+// unknown as soon as one of them is undeclared.
+struct place {
+  int position = 0;
+  std::optional<milliseconds> eta;
+};
+
 struct board {
   std::vector<info> slots;
   std::vector<std::optional<gpu_device>> devices;  // each slot's GPU, as nvidia-smi reported it
   std::vector<waiter> waiters;
+  std::vector<place> places;  // one per waiter
   std::string problem;
   bool multi = false;
 };
+
+// The slot a waiter queues for; -1 for a wait among several (not ordered).
+int queue_slot_of(const waiter& w) { return w.gpu >= 0 ? w.gpu : w.gpus == 1 ? 0 : -1; }
+
+std::optional<milliseconds> free_in(const info& i) {
+  if (!i.held) return milliseconds(0);
+  return i.expected_free_in;
+}
+
+void place_waiters(board& b, const args& a) {
+  b.places.assign(b.waiters.size(), place{});
+  for (std::size_t k = 0; k < b.waiters.size(); ++k) {
+    const int slot = queue_slot_of(b.waiters[k]);
+    if (slot < 0) continue;
+    const info* holder = nullptr;
+    for (std::size_t s = 0; s < b.slots.size(); ++s)
+      if (slot_of(a, s) == slot) holder = &b.slots[s];
+    std::optional<milliseconds> eta = holder ? free_in(*holder) : std::nullopt;
+    int position = 1;
+    for (std::size_t j = 0; j < k; ++j) {
+      if (queue_slot_of(b.waiters[j]) != slot) continue;
+      ++position;
+      if (eta && b.waiters[j].expected.count() > 0) *eta += b.waiters[j].expected;
+      else eta.reset();
+    }
+    b.places[k] = {position, eta};
+  }
+}
 
 // `usage`: what nvidia-smi last said about the GPUs (nullopt: nothing).
 board look(const args& a, const gpu_plan& gpus, const std::string& path,
@@ -57,16 +97,25 @@ board look(const args& a, const gpu_plan& gpus, const std::string& path,
     b.waiters.erase(std::remove_if(b.waiters.begin(), b.waiters.end(),
                                    [&](const waiter& w) { return w.gpu >= 0 && w.gpu != a.gpu; }),
                     b.waiters.end());
+  place_waiters(b, a);
   return b;
 }
 
-int slot_of(const args& a, std::size_t index) { return a.gpu >= 0 ? a.gpu : static_cast<int>(index); }
+// "expected free in ~12m", "overdue by 3m", or nothing when undeclared.
+std::string expectation(const info& i) {
+  if (!i.held || i.expected.count() <= 0) return std::string();
+  if (i.held_for > i.expected) return ", overdue by " + describe_duration(i.held_for - i.expected);
+  return ", expected free in ~" + describe_duration(i.expected - i.held_for);
+}
 
-std::string waiter_line(const waiter& w, bool multi) {
+std::string waiter_line(const waiter& w, const place& p, bool multi) {
   std::string s = "waiting: " + (w.label.empty() ? std::string("an unnamed process") : w.label) + " (pid " +
                   std::to_string(w.pid);
   if (!w.host.empty()) s += ", host " + w.host;
   s += ") for " + describe_duration(w.waited);
+  if (p.position > 0) s += ", #" + std::to_string(p.position);
+  if (w.priority != 0) s += ", priority " + std::to_string(w.priority);
+  if (p.eta) s += ", ETA ~" + describe_duration(*p.eta);
   if (w.gpu >= 0 && (multi || w.gpu > 0)) s += ", for gpu" + std::to_string(w.gpu);
   else if (w.gpus > 1) s += ", for any of " + std::to_string(w.gpus) + " GPUs";
   else if (multi) s += ", for gpu0";
@@ -77,15 +126,26 @@ std::string render(const board& b, const args& a) {
   std::string out;
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     if (b.multi) out += "gpu" + std::to_string(slot_of(a, k)) + ": ";
-    out += status_line(b.slots[k]) + "\n";
+    out += status_line(b.slots[k]) + expectation(b.slots[k]) + "\n";
     if (b.devices[k]) out += device_text(*b.devices[k]);
   }
   // A waiter's label and host are its own words: escaped like the holder's.
-  for (const auto& w : b.waiters) out += printable(waiter_line(w, b.multi)) + "\n";
+  for (std::size_t k = 0; k < b.waiters.size(); ++k)
+    out += printable(waiter_line(b.waiters[k], b.places[k], b.multi)) + "\n";
   return out;
 }
 
-ojson waiter_json(const waiter& w) {
+ojson ms_or_null(const std::optional<milliseconds>& d) { return d ? ojson(d->count()) : ojson(); }
+
+// The holder's declared duration and expected free time (null when unknown,
+// 0 when overdue or free).
+void add_expectation(ojson& j, const info& i) {
+  j["priority"] = i.held ? ojson(i.priority) : ojson();
+  j["expectMs"] = i.held && i.expected.count() > 0 ? ojson(i.expected.count()) : ojson();
+  j["freeInMs"] = i.held ? ms_or_null(i.expected_free_in) : ojson(0);
+}
+
+ojson waiter_json(const waiter& w, const place& p) {
   ojson j;
   j["pid"] = w.pid;
   j["label"] = w.label;
@@ -94,6 +154,10 @@ ojson waiter_json(const waiter& w) {
   j["waitedMs"] = w.waited.count();
   j["gpu"] = w.gpu >= 0 ? ojson(w.gpu) : ojson();
   j["gpus"] = w.gpus;
+  j["position"] = p.position > 0 ? ojson(p.position) : ojson();
+  j["priority"] = w.priority;
+  j["expectMs"] = w.expected.count() > 0 ? ojson(w.expected.count()) : ojson();
+  j["etaMs"] = ms_or_null(p.eta);
   return j;
 }
 
@@ -101,16 +165,18 @@ ojson board_json(const board& b, const args& a) {
   ojson j = to_json(b.slots.front());
   j["gpu"] = slot_of(a, 0);
   j["device"] = device_json(b.devices.front());
+  add_expectation(j, b.slots.front());
   ojson slots = ojson::array();
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     ojson s = to_json(b.slots[k]);
     s["gpu"] = slot_of(a, k);
     s["device"] = device_json(b.devices[k]);
+    add_expectation(s, b.slots[k]);
     slots.push_back(std::move(s));
   }
   j["slots"] = std::move(slots);
   ojson ws = ojson::array();
-  for (const auto& w : b.waiters) ws.push_back(waiter_json(w));
+  for (std::size_t k = 0; k < b.waiters.size(); ++k) ws.push_back(waiter_json(b.waiters[k], b.places[k]));
   j["waiters"] = std::move(ws);
   return j;
 }

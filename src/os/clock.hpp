@@ -13,6 +13,10 @@ namespace offload_lock::detail::sys {
 std::int64_t now_ms();
 // A monotonic clock for deadlines, milliseconds.
 std::int64_t monotonic_ms();
+// The same clock in microseconds. CLOCK_MONOTONIC is one clock for every
+// process of a boot (outside time namespaces), so it orders the arrivals of
+// waiters in different processes.
+std::int64_t monotonic_us();
 // `bytes` random bytes as 2*bytes lower-case hex digits (getrandom).
 std::string random_hex(std::size_t bytes);
 

@@ -39,6 +39,9 @@ class watcher {
   // Any entry made, removed, renamed or written in the directory `path`, and
   // the directory's own removal.
   int watch_entries(const std::string& path);
+  // One file: its removal, move, or a close after writing (its owner left or
+  // died), never following a symlink. Readers' closes do not count.
+  int watch_file(const std::string& path);
   // The exit of process `pid`. -1 without pidfd, or when the process is gone
   // already (ESRCH): has_pidfd() tells the two apart.
   int watch_pid(std::int64_t pid);
@@ -54,7 +57,7 @@ class watcher {
  private:
   struct item {
     int id = -1;
-    enum kind_t { lock_dir, entries, pid } kind = lock_dir;
+    enum kind_t { lock_dir, entries, file, pid } kind = lock_dir;
     int wd = -1, parent_wd = -1;  // inotify watches (parent_wd: lock_dir only)
     std::string name;             // the lock's name in its parent
     int pidfd = -1;

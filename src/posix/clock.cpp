@@ -21,6 +21,12 @@ std::int64_t now_ms() {
   return ts_ms(t) + clock_skew_ms();
 }
 
+std::int64_t monotonic_us() {
+  struct timespec t {};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000 + t.tv_nsec / 1'000;
+}
+
 std::int64_t monotonic_ms() {
   struct timespec t {};
   ::clock_gettime(CLOCK_MONOTONIC, &t);

@@ -47,6 +47,8 @@ constexpr std::uint32_t kNameLeaves = IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR;
 constexpr std::uint32_t kEntries = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |
                                    IN_MOVE_SELF | IN_CLOSE_WRITE | IN_ONLYDIR | IN_DONT_FOLLOW;
 
+constexpr std::uint32_t kFile = IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ATTRIB | IN_DONT_FOLLOW;
+
 void drain_events(int ino) {
   char buf[4096];
   while (calls.read(ino, buf, sizeof buf) > 0) {
@@ -125,6 +127,18 @@ int watcher::watch_entries(const std::string& path) {
     }
   item it;
   it.kind = item::entries;
+  it.name = path;
+  it.wd = wd;
+  it.id = next_id_++;
+  items_.push_back(std::move(it));
+  return items_.back().id;
+}
+
+int watcher::watch_file(const std::string& path) {
+  const int wd = add_inotify(path, kFile);
+  if (wd < 0) return -1;
+  item it;
+  it.kind = item::file;
   it.name = path;
   it.wd = wd;
   it.id = next_id_++;

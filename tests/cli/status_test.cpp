@@ -132,9 +132,9 @@ TEST_CASE("status lists the holder and the waiters, oldest first; killed waiters
   CHECK_THAT(ls[0], Catch::Matches("held by render-video \\(pid " + std::to_string(::getpid()) + ", host " + h +
                                    "\\) for [0-9]+(ms|s)"));
   CHECK_THAT(ls[1], Catch::Matches("waiting: train \\(pid " + std::to_string(w1.pid()) + ", host " + h +
-                                   "\\) for [0-9]+(ms|s)"));
+                                   "\\) for [0-9]+(ms|s), #1"));
   CHECK_THAT(ls[2], Catch::Matches("waiting: second \\(pid " + std::to_string(w2.pid()) + ", host " + h +
-                                   "\\) for [0-9]+(ms|s)"));
+                                   "\\) for [0-9]+(ms|s), #2"));
 
   r = run_cli(with_lock(d, {"--json", "status"}));
   CHECK(r.code == 0);

@@ -225,6 +225,15 @@ TEST_CASE("text from meta.json and the waiter registry is escaped at every outpu
     for (const auto& p : {d.path / ".gpu.lock.waiters", d.path / ".gpu.lock.waiters" / (std::to_string(::getpid()) + "-0123456789ab.json")})
       REQUIRE(::chown(p.c_str(), static_cast<uid_t>(other_uid()), static_cast<gid_t>(other_uid())) == 0);
   }
+  // Held open with the write lock that proves a waiter alive, as a live
+  // waiter keeps its entry.
+  const int entry_fd = ::open((d.path / ".gpu.lock.waiters" / (std::to_string(::getpid()) + "-0123456789ab.json")).c_str(),
+                              O_RDWR | O_CLOEXEC);
+  REQUIRE(entry_fd >= 0);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  REQUIRE(::fcntl(entry_fd, F_OFD_SETLK, &fl) == 0);
   auto text = run_cli(with_lock(d, {"status"}));
   CHECK(text.code == 0);
   CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 3);  // the holder's line, the waiter's, the path's
@@ -245,6 +254,7 @@ TEST_CASE("text from meta.json and the waiter registry is escaped at every outpu
   CHECK(js.code == 0);
   auto j = nlohmann::json::parse(js.out);  // valid JSON, whatever the bytes were
   CHECK(j["label"].get<std::string>().find('\x1b') != std::string::npos);  // JSON escapes it; the value is intact
+  ::close(entry_fd);
   sleeper.terminate();
   sleeper.wait();
 }

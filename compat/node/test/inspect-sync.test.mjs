@@ -9,7 +9,7 @@ import { acquireGpuLock, acquireSync, inspect, releaseSync } from '../index.mjs'
 import { INDEX_URL, T, cleanEnv, deadPid, makeLock, nodeEvalSync, readMetaFile, tempDir, waitFor } from './helpers.mjs';
 
 const SLOT_KEYS = ['path', 'held', 'pid', 'startedAt', 'heldForMs', 'label', 'host', 'token', 'stale', 'ownerUid',
-  'v1Stale', 'otherPidNamespace', 'gpu', 'device'];
+  'v1Stale', 'otherPidNamespace', 'gpu', 'device', 'priority', 'expectMs', 'freeInMs'];
 const KEYS = [...SLOT_KEYS, 'slots', 'waiters'].sort();
 
 test('inspect on a free lock: held false, every other value null (or false)', T, (t) => {
@@ -19,7 +19,7 @@ test('inspect on a free lock: held false, every other value null (or false)', T,
   const slot = {
     path: lock, held: false, pid: null, startedAt: null, heldForMs: null,
     label: null, host: null, token: null, stale: null, ownerUid: null, v1Stale: null, otherPidNamespace: false,
-    gpu: 0, device: null,
+    gpu: 0, device: null, priority: null, expectMs: null, freeInMs: 0,
   };
   assert.deepEqual(s, { ...slot, slots: [slot], waiters: [] });
 });

@@ -1,0 +1,261 @@
+// The ordered queue with real processes: arrival order, priorities, a
+// SIGKILLed waiter skipped, a SIGSTOPped head passed over, planted entries
+// that do not count.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "offload_lock/offload_lock.hpp"
+#include "support.hpp"
+
+using namespace olt;
+
+namespace {
+
+// A holder that keeps the lock until release() (its command reads a line).
+struct cli_holder {
+  std::unique_ptr<child> c;
+  explicit cli_holder(const temp_dir& d) {
+    c = std::make_unique<child>(cli_exe(), with_lock(d, {"run", "--", "sh", "-c", "echo held; read x"}));
+    REQUIRE(c->read_line() == std::optional<std::string>("held"));
+  }
+  void release() {
+    c->write_line("go");
+    REQUIRE(c->wait() == std::optional<int>(0));
+  }
+};
+
+// A queued `run` that appends `name` to `log` once it holds the lock.
+std::unique_ptr<child> queued_run(const temp_dir& d, const std::string& name, const std::string& log,
+                                  std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"run", "--wait", "60", "--label", name};
+  args.insert(args.end(), extra.begin(), extra.end());
+  for (const char* a : {"--", "sh", "-c", "echo \"$0\" >> \"$1\"", name.c_str(), log.c_str()}) args.emplace_back(a);
+  return std::make_unique<child>(cli_exe(), with_lock(d, args));
+}
+
+// Waits until `n` live waiters are queued.
+void until_queued(const temp_dir& d, std::size_t n) {
+  REQUIRE(eventually([&] { return offload_lock::waiters(d.lock()).size() == n; }));
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> out;
+  std::istringstream in(read_file(path));
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("waiters are served in arrival order", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  cli_holder holder(d);
+  std::vector<std::unique_ptr<child>> ws;
+  std::vector<std::string> expected;
+  for (int k = 1; k <= 8; ++k) {
+    expected.push_back("w" + std::to_string(k));
+    ws.push_back(queued_run(d, expected.back(), log));
+    until_queued(d, static_cast<std::size_t>(k));
+  }
+  // The registry lists them in the order they will be served.
+  auto listed = offload_lock::waiters(d.lock());
+  REQUIRE(listed.size() == expected.size());
+  for (std::size_t k = 0; k < listed.size(); ++k) CHECK(listed[k].label == expected[k]);
+  holder.release();
+  for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(log) == expected);
+}
+
+TEST_CASE("higher priority is served first, then arrival", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  cli_holder holder(d);
+  std::vector<std::unique_ptr<child>> ws;
+  ws.push_back(queued_run(d, "normal1", log));
+  until_queued(d, 1);
+  ws.push_back(queued_run(d, "batch", log, {"--priority", "batch"}));
+  until_queued(d, 2);
+  ws.push_back(queued_run(d, "interactive", log, {"--priority", "interactive"}));
+  until_queued(d, 3);
+  ws.push_back(queued_run(d, "normal2", log, {"--priority", "0"}));
+  until_queued(d, 4);
+  ws.push_back(queued_run(d, "urgent", log, {"--priority", "50"}));
+  until_queued(d, 5);
+  auto listed = offload_lock::waiters(d.lock());
+  REQUIRE(listed.size() == 5);
+  CHECK(listed[0].priority == 50);
+  CHECK(listed[4].priority == -10);
+  holder.release();
+  for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(log) == std::vector<std::string>{"urgent", "interactive", "normal1", "normal2", "batch"});
+}
+
+TEST_CASE("a SIGKILLed waiter drops out of the queue at once", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  cli_holder holder(d);
+  std::vector<std::unique_ptr<child>> ws;
+  for (int k = 1; k <= 4; ++k) {
+    ws.push_back(queued_run(d, "w" + std::to_string(k), log));
+    until_queued(d, static_cast<std::size_t>(k));
+  }
+  // The head and one in the middle die without leaving; their entries stay
+  // behind but no longer count.
+  ws[0]->kill(SIGKILL);
+  ws[2]->kill(SIGKILL);
+  CHECK(ws[0]->wait().has_value());
+  CHECK(ws[2]->wait().has_value());
+  until_queued(d, 2);
+  const auto began = std::chrono::steady_clock::now();
+  holder.release();
+  REQUIRE(eventually([&] { return !lines_of(log).empty(); }));
+  const auto took = std::chrono::duration_cast<ms>(std::chrono::steady_clock::now() - began).count();
+  WARN("the first live waiter held the lock " << took << " ms after the release");
+  for (int k : {1, 3}) CHECK(ws[static_cast<std::size_t>(k)]->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(log) == std::vector<std::string>{"w2", "w4"});
+}
+
+TEST_CASE("a stopped head is passed over, and served once it resumes", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  cli_holder holder(d);
+  std::vector<std::unique_ptr<child>> ws;
+  for (int k = 1; k <= 4; ++k) {
+    ws.push_back(queued_run(d, "w" + std::to_string(k), log));
+    until_queued(d, static_cast<std::size_t>(k));
+  }
+  ws[0]->kill(SIGSTOP);
+  const auto began = std::chrono::steady_clock::now();
+  holder.release();
+  // w2 after the grace, then w3 and w4 at once: each holder's meta.json
+  // says whom it passed over, so the stopped w1 is given its grace once.
+  REQUIRE(eventually([&] { return lines_of(log).size() == 3; }));
+  const auto took = std::chrono::duration_cast<ms>(std::chrono::steady_clock::now() - began).count();
+  WARN("three waiters behind a stopped head were served within " << took << " ms");
+  CHECK(took < 550);
+  // A single try does not wait for it either, beyond the grace.
+  for (auto& w : {ws[1].get(), ws[2].get(), ws[3].get()}) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(run_cli(with_lock(d, {"run", "--wait", "0", "--", "true"})).code == 0);
+  ws[0]->kill(SIGCONT);
+  for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(log) == std::vector<std::string>{"w2", "w3", "w4", "w1"});
+}
+
+TEST_CASE("a single try is busy while the lock is held, queue or not", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  cli_holder holder(d);
+  auto w = queued_run(d, "w1", log);
+  until_queued(d, 1);
+  CHECK(run_cli(with_lock(d, {"run", "--wait", "0", "--", "true"})).code == 1);
+  holder.release();
+  CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(run_cli(with_lock(d, {"run", "--wait", "0", "--", "true"})).code == 0);
+}
+
+TEST_CASE("entries nobody keeps write-locked are not waiters", "[multiprocess][queue]") {
+  temp_dir d;
+  const fs::path reg = d.path / ".gpu.lock.waiters";
+  fs::create_directory(reg);
+  // Entries naming this live process, as anyone could plant them: not
+  // write-locked, so they are nobody's place in the queue.
+  for (int k = 0; k < 50; ++k) {
+    char hex[13];
+    std::snprintf(hex, sizeof hex, "%012x", k);
+    write_file(reg / (std::to_string(::getpid()) + "-" + hex + ".json"),
+               "{\"pid\":" + std::to_string(::getpid()) + ",\"label\":\"junk\",\"priority\":100,\"queuedUs\":0}");
+  }
+  CHECK(offload_lock::waiters(d.lock()).empty());
+  // One kept open and write-locked counts.
+  const std::string name = std::to_string(::getpid()) + "-0000000000ff.json";
+  write_file(reg / name, "{\"pid\":" + std::to_string(::getpid()) + ",\"label\":\"kept\"}");
+  const int f = ::open((reg / name).c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(f >= 0);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  REQUIRE(::fcntl(f, F_OFD_SETLK, &fl) == 0);
+  auto w = offload_lock::waiters(d.lock());
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].label == "kept");
+  ::close(f);
+  CHECK(offload_lock::waiters(d.lock()).empty());
+  // And an acquisition takes the free lock at once past the junk.
+  offload_lock::lock_options o;
+  o.path = d.lock();
+  o.wait = ms(0);
+  auto l = offload_lock::lock::acquire(o);
+  CHECK(l.has_value());
+}
+
+TEST_CASE("status shows the queue's positions, declared durations and ETAs", "[multiprocess][queue][cli][status]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  auto holder = std::make_unique<child>(
+      cli_exe(), with_lock(d, {"run", "--expect", "10m", "--label", "render", "--", "sh", "-c", "echo held; read x"}));
+  REQUIRE(holder->read_line() == std::optional<std::string>("held"));
+  std::vector<std::unique_ptr<child>> ws;
+  ws.push_back(queued_run(d, "a", log, {"--expect", "5m"}));
+  until_queued(d, 1);
+  ws.push_back(queued_run(d, "b", log));
+  until_queued(d, 2);
+  ws.push_back(queued_run(d, "c", log, {"--expect", "1m", "--priority", "-5"}));
+  until_queued(d, 3);
+  auto js = run_cli(with_lock(d, {"--json", "status"}));
+  REQUIRE(js.code == 0);
+  auto j = nlohmann::json::parse(js.out);
+  CHECK(j["expectMs"] == 600000);
+  const std::int64_t free_in = j["freeInMs"].get<std::int64_t>();
+  CHECK(free_in > 500000);
+  CHECK(free_in <= 600000);
+  auto& w = j["waiters"];
+  REQUIRE(w.size() == 3);
+  CHECK(w[0]["label"] == "a");
+  CHECK(w[0]["position"] == 1);
+  CHECK(w[0]["expectMs"] == 300000);
+  CHECK(w[0]["etaMs"].get<std::int64_t>() <= free_in);
+  CHECK(w[0]["etaMs"].get<std::int64_t>() > free_in - 10000);
+  CHECK(w[1]["position"] == 2);
+  CHECK(w[1]["expectMs"].is_null());
+  CHECK(w[1]["etaMs"].get<std::int64_t>() == w[0]["etaMs"].get<std::int64_t>() + 300000);
+  CHECK(w[2]["position"] == 3);
+  CHECK(w[2]["priority"] == -5);
+  CHECK(w[2]["etaMs"].is_null());  // b ahead of it declared nothing
+  auto text = run_cli(with_lock(d, {"status"}));
+  CHECK_THAT(text.out, Catch::Contains("expected free in ~9m") || Catch::Contains("expected free in ~10m"));
+  CHECK_THAT(text.out, Catch::Contains("#2") && Catch::Contains("priority -5"));
+  holder->write_line("go");
+  CHECK(holder->wait() == std::optional<int>(0));
+  for (auto& c : ws) CHECK(c->wait(30s) == std::optional<int>(0));
+}
+
+TEST_CASE("wait-free --within answers at once when the holder declared a longer hold", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  auto holder = std::make_unique<child>(cli_exe(),
+                                        with_lock(d, {"run", "--expect", "20m", "--", "sh", "-c", "echo held; read x"}));
+  REQUIRE(holder->read_line() == std::optional<std::string>("held"));
+  cli_result r;
+  auto began = std::chrono::steady_clock::now();
+  r = run_cli(with_lock(d, {"wait-free", "--wait", "30", "--within", "90"}));
+  CHECK(r.code == 1);
+  CHECK(std::chrono::steady_clock::now() - began < 5s);
+  // Within a budget longer than the declared hold, it waits as before.
+  began = std::chrono::steady_clock::now();
+  r = run_cli(with_lock(d, {"wait-free", "--wait", "0.3", "--within", "30m"}));
+  CHECK(r.code == 1);
+  CHECK(std::chrono::steady_clock::now() - began >= 300ms);
+  holder->write_line("go");
+  CHECK(holder->wait() == std::optional<int>(0));
+  CHECK(run_cli(with_lock(d, {"wait-free", "--wait", "0", "--within", "1"})).code == 0);
+}
