@@ -52,6 +52,8 @@ result<meta_record> record_for(const lock_options& opt) {
   rec.pid_ns = sys::pid_namespace().value_or(0);
   rec.priority = opt.priority;
   rec.expect_ms = opt.expected.count() > 0 ? opt.expected.count() : 0;
+  // Only the heartbeat thread asks a holder to yield.
+  rec.can_yield = opt.on_yield_request && opt.heartbeat;
   if (auto ps = sys::start_of(rec.pid)) {
     rec.proc_start = ps->epoch_ms;
     rec.proc_ticks = ps->ticks;
@@ -69,7 +71,7 @@ result<meta_record> record_for(const lock_options& opt) {
 // does not queue (one round of a wait among several slots).
 result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& opt, meta_record rec,
                                                   std::int64_t deadline, wait_report* rep, watch_clock* seen_across,
-                                                  queue_place* place) {
+                                                  queue_place* place, const std::string& registry, int slot) {
   const std::string path = t.path;
   const process_view pv = process_view::real();
   const std::int64_t ttl = opt.ttl.count(), grace = opt.grace.count();
@@ -117,6 +119,12 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
       s->pid = rec.pid;
       s->ttl = ttl;
       s->on_lost = opt.on_lost;
+      if (rec.can_yield) {
+        s->on_yield = opt.on_yield_request;
+        s->priority = opt.priority;
+        s->slot = slot;
+        s->registry_path = registry;
+      }
       if (opt.heartbeat) start_heartbeat(s);
       return s;
     }
@@ -159,7 +167,7 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
     // Starting to wait: into the queue, so that whoever comes next waits
     // behind this one.
     if (place) place->join();
-    if (rep) rep->waiting({d->i});
+    if (rep) rep->waiting({d->i}, place && place->joined() ? 1 : 0);
     d->o.dir.reset();
     // At the head of a queue, a lock that cannot be watched is re-checked
     // often: those behind wait for this one.
@@ -174,8 +182,9 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
 // One slot's lock: the in-process queue (B10), a claim passed down (B11),
 // then the file claim. `queue_base`: the registry (slot 0's path) of the
 // queue this acquisition joins while it waits; null: it does not queue.
-result<lock> acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep,
-                          watch_clock* seen = nullptr, const std::string* queue_base = nullptr) {
+result<lock> acquire_slot(const lock_options& opt, const std::string& base, int gpu, wait_report* rep,
+                          watch_clock* seen = nullptr, bool queue = false) {
+  const std::string path = gpu_slot_path(base, gpu);
   // Arrival is when the call began, so a thread that waited behind the
   // other threads of its process keeps its place among other processes.
   const std::int64_t arrived_us = sys::monotonic_us(), arrived_ms = sys::now_ms();
@@ -183,6 +192,7 @@ result<lock> acquire_slot(const lock_options& opt, const std::string& path, int 
   if (!tr) return tr.error();
   auto rec = record_for(opt);
   if (!rec) return rec.error();
+  if (opt.gpus > 1 || opt.gpu >= 0) rec->gpu = gpu;
   const std::int64_t deadline = deadline_for(opt.wait);
 
   auto gate = gate_for(*tr);
@@ -229,11 +239,12 @@ result<lock> acquire_slot(const lock_options& opt, const std::string& path, int 
     }
   }
   std::optional<queue_place> place;
-  if (queue_base) {
-    place.emplace(opt, *queue_base, opt.gpu, opt.gpus, arrived_us, arrived_ms);
+  if (queue) {
+    place.emplace(opt, base, opt.gpu, opt.gpus, arrived_us, arrived_ms);
     if (rep) rep->queued();
   }
-  auto held = acquire_file(std::move(*tr), opt, std::move(*rec), deadline, rep, seen, place ? &*place : nullptr);
+  auto held = acquire_file(std::move(*tr), opt, std::move(*rec), deadline, rep, seen, place ? &*place : nullptr,
+                           base, gpu);
   place.reset();  // out of the queue before anyone is told
   std::lock_guard<std::mutex> guard(gate->mu);
   if (!held) {
@@ -278,7 +289,7 @@ result<lock> acquire_any(const lock_options& opt, const std::string& base) {
   once.wait = milliseconds(0);
   for (;;) {
     for (int k : order) {
-      auto l = acquire_slot(once, gpu_slot_path(base, k), k, nullptr, &seen[static_cast<std::size_t>(k)]);
+      auto l = acquire_slot(once, base, k, nullptr, &seen[static_cast<std::size_t>(k)]);
       if (l) return l;
       if (l.error() != errc::busy) return l.error();
     }
@@ -340,7 +351,7 @@ result<lock> acquirer::acquire(const lock_options& opt, const std::string& base)
   if (opt.gpus == 1 || opt.gpu >= 0) {
     const int k = std::max(0, opt.gpu);
     wait_report rep(opt, base, opt.gpu, opt.gpus);
-    return acquire_slot(opt, gpu_slot_path(base, k), k, &rep, nullptr, &base);
+    return acquire_slot(opt, base, k, &rep, nullptr, true);
   }
   return acquire_any(opt, base);
 }

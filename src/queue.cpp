@@ -61,6 +61,15 @@ std::vector<std::int64_t> queue_place::passed_still_queued() {
   return out;
 }
 
+std::optional<yield_request> first_above(registry_reader& r, int slot, int priority) {
+  for (const auto& e : r.live()) {
+    // In serving order: once one is not above, none after it is.
+    if (e.rec.priority <= priority) break;
+    if (accepts(e.rec, slot)) return yield_request{e.rec.pid, e.rec.label, e.rec.priority};
+  }
+  return std::nullopt;
+}
+
 result<turn> wait_turn(queue_place& place, const target& t, const lock_options& opt, std::int64_t deadline,
                        wait_report* rep, watch_clock& seen, sys::watcher& w) {
   const process_view pv = process_view::real();
@@ -159,7 +168,7 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
       if (!place.reader().present(n)) gone = true;
     }
     if (gone) continue;
-    if (rep && !trying) rep->waiting({d->i});
+    if (rep && !trying) rep->waiting({d->i}, static_cast<int>(ahead.size()) + 1);
     if (deadline >= 0 && !trying) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
     std::vector<int> fired;
     auto once = [&](std::int64_t ms) { return w.wait(ms, opt.cancel_fds, &fired); };

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -60,6 +61,10 @@ class queue_place {
   std::unique_ptr<waiter_registration> reg_;
   std::set<std::int64_t> passed_;
 };
+
+// The first live waiter, in serving order, that would take slot `slot` and
+// has a priority above `priority`: whom a holder that can yield makes way for.
+std::optional<yield_request> first_above(registry_reader& r, int slot, int priority);
 
 enum class turn { mine, busy, timed_out, cancelled };
 

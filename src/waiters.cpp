@@ -231,6 +231,11 @@ bool served_before(const queue_entry& a, const queue_entry& b) {
 
 int queue_slot(const waiter_record& r) { return r.gpu >= 0 ? r.gpu : r.gpus == 1 ? 0 : -1; }
 
+bool accepts(const waiter_record& r, int slot) {
+  if (r.gpu >= 0 || r.gpus <= 1) return queue_slot(r) == slot;
+  return slot >= 0 && slot < r.gpus;
+}
+
 registry_reader::registry_reader(const std::string& lock_path) : lock_path_(lock_path) {
   std::string parent, name;
   sys::split_path(lock_path, parent, name);

@@ -79,6 +79,9 @@ bool served_before(const queue_entry& a, const queue_entry& b);
 // The slot an entry waits for: its gpu, slot 0 for a plain lock, -1 for a
 // wait among several slots (not ordered).
 int queue_slot(const waiter_record& r);
+// Whether the entry's waiter would take slot `slot`: its own slot, or any
+// of the slots it waits among.
+bool accepts(const waiter_record& r, int slot);
 
 // Reads one lock's registry again and again, cheaply: entries seen dead (not
 // write-locked, their process gone, unreadable, too long) are remembered by

@@ -35,6 +35,9 @@ struct wait_progress {
   std::vector<info> holders;  // the lock, or each GPU slot waited for, as last seen
   milliseconds waited{0};     // since this acquisition began
   bool changed = false;       // a holder differs from the previous report
+  // This waiter's place in the lock's queue: 1 is next; 0 when unknown (a
+  // wait among several slots, or one that is not queued).
+  int position = 0;
 };
 
 struct lock_options {
@@ -99,6 +102,13 @@ struct lock_options {
   // (meta.json `expectMs`, the waiter's entry); 0: undeclared. Advisory:
   // the lock is not released when it passes.
   milliseconds expected{0};
+  // The holder can make way: called once per hold, on the library's
+  // heartbeat thread, when a waiter of a higher priority than this holder's
+  // queues for the same lock (slot). The holder that yields releases and
+  // acquires again (it queues behind the waiter it made way for). Needs the
+  // heartbeat. Must not throw; keep it short. Recorded in meta.json
+  // (`canYield`), so that `status` shows who asked.
+  std::function<void(const yield_request&)> on_yield_request;
   // Called on the library's heartbeat thread when the lock turns out to
   // have been removed or replaced by someone else: at once (inotify) from
   // the lock's 20th millisecond on, at that moment for a loss before it.
@@ -168,6 +178,11 @@ class OFFLOAD_LOCK_API lock {
   // this object took, with its token? A few system calls; never blocks. Call
   // before an irreversible step.
   bool still_held() const;
+
+  // Whether a waiter of a higher priority than this holder's has asked it
+  // to make way (lock_options::on_yield_request has been called). Never
+  // blocks; false for a lock taken without on_yield_request.
+  bool yield_requested() const;
 
   // Releases: removes the lock directory only if it is still this holder's
   // (same directory inode and token). Never blocks on others. Returns no

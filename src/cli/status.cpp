@@ -108,6 +108,15 @@ std::string expectation(const info& i) {
   return ", expected free in ~" + describe_duration(i.expected - i.held_for);
 }
 
+// ", yield requested by llm-eval (priority 10)", escaped; nothing when
+// nobody asked.
+std::string yield_text(const info& i) {
+  if (!i.held || !i.yield_requested) return std::string();
+  const auto& y = *i.yield_requested;
+  return printable(", yield requested by " + (y.label.empty() ? "pid " + std::to_string(y.pid) : y.label) +
+                   " (priority " + std::to_string(y.priority) + ")");
+}
+
 std::string waiter_line(const waiter& w, const place& p, bool multi) {
   std::string s = "waiting: " + (w.label.empty() ? std::string("an unnamed process") : w.label) + " (pid " +
                   std::to_string(w.pid);
@@ -126,7 +135,7 @@ std::string render(const board& b, const args& a) {
   std::string out;
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     if (b.multi) out += "gpu" + std::to_string(slot_of(a, k)) + ": ";
-    out += status_line(b.slots[k]) + expectation(b.slots[k]) + "\n";
+    out += status_line(b.slots[k]) + expectation(b.slots[k]) + yield_text(b.slots[k]) + "\n";
     if (b.devices[k]) out += device_text(*b.devices[k]);
   }
   // A waiter's label and host are its own words: escaped like the holder's.
@@ -143,6 +152,12 @@ void add_expectation(ojson& j, const info& i) {
   j["priority"] = i.held ? ojson(i.priority) : ojson();
   j["expectMs"] = i.held && i.expected.count() > 0 ? ojson(i.expected.count()) : ojson();
   j["freeInMs"] = i.held ? ms_or_null(i.expected_free_in) : ojson(0);
+  if (i.held && i.yield_requested)
+    j["yieldRequested"] = {{"pid", i.yield_requested->pid},
+                           {"label", i.yield_requested->label},
+                           {"priority", i.yield_requested->priority}};
+  else
+    j["yieldRequested"] = nullptr;
 }
 
 ojson waiter_json(const waiter& w, const place& p) {
