@@ -266,7 +266,9 @@ std::string prometheus(const board& b, const args& a, const std::string& path) {
 // without the durations that change every second.
 std::string shape_of(const board& b) {
   std::string s;
-  for (const auto& i : b.slots) s += i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + (i.held ? "h" : i.present ? "s" : "f") + ";";
+  for (const auto& i : b.slots)
+    s += i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + (i.held ? "h" : i.present ? "s" : "f") + "|" +
+         (i.yield_requested ? std::to_string(i.yield_requested->pid) : "") + ";";
   for (const auto& w : b.waiters) s += std::to_string(w.pid) + "@" + std::to_string(w.since) + ";";
   for (const auto& d : b.devices)
     if (d)
@@ -299,18 +301,27 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
       if (os::take_signal() != 0) break;
     }
     board b = look(a, gpus, path, usage);
-    std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + b.problem + "\n";
     const std::string shape = shape_of(b) + b.problem;
-    if (tty) {
-      if (text != last_text) std::cout << "\x1b[H\x1b[2J" << text << "(watching " << path << "; Ctrl-C ends)" << std::flush;
-    } else if (first || shape != last_shape) {
-      std::cout << (first ? "" : "\n") << text << std::flush;
+    if (a.json) {
+      // A stream: one line per change, each line the --json status object.
+      if (first || shape != last_shape) {
+        ojson j = board_json(b, a);
+        if (!b.problem.empty()) j["error"] = b.problem;
+        std::cout << dump(j) << "\n" << std::flush;
+      }
+    } else {
+      std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + b.problem + "\n";
+      if (tty) {
+        if (text != last_text) std::cout << "\x1b[H\x1b[2J" << text << "(watching " << path << "; Ctrl-C ends)" << std::flush;
+      } else if (first || shape != last_shape) {
+        std::cout << (first ? "" : "\n") << text << std::flush;
+      }
+      last_text = text;
     }
     first = false;
-    last_text = text;
     last_shape = shape;
     std::vector<std::int64_t> pids;
-    std::int64_t timeout = tty ? 1000 : 60'000;
+    std::int64_t timeout = tty && !a.json ? 1000 : 60'000;
     for (const auto& i : b.slots) {
       if (i.held && i.pid) pids.push_back(*i.pid);
       // A held lock turns stale at the TTL; a present, not-held one may be
@@ -324,7 +335,7 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
     if (!dirs_watched || armed == change_watch::processes::unwatched) timeout = std::min<std::int64_t>(timeout, 1000);
     if (!feed.wait(milliseconds(timeout), {signals}) && os::take_signal() != 0) break;
   }
-  if (tty) std::cout << "\n" << std::flush;
+  if (tty && !a.json) std::cout << "\n" << std::flush;
   return exit_ok;
 }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -394,4 +395,37 @@ TEST_CASE("the library's on_yield_request is called once and yield_requested() s
   CHECK_FALSE(p->yield_requested());
   CHECK_FALSE(p->release());
   CHECK(w3->wait(30s) == std::optional<int>(0));
+}
+
+TEST_CASE("status --watch --json prints one status object per change, line by line", "[multiprocess][queue][cli][status]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  child watch(cli_exe(), with_lock(d, {"--json", "status", "--watch"}));
+  // Reads lines until one satisfies `pred`; each must parse on its own.
+  auto until = [&](const std::function<bool(const nlohmann::json&)>& pred) {
+    for (int k = 0; k < 50; ++k) {
+      auto line = watch.read_line(10s);
+      REQUIRE(line);
+      auto j = nlohmann::json::parse(*line);  // throws (fails) when a line is not one object
+      REQUIRE(j.is_object());
+      if (pred(j)) return j;
+    }
+    FAIL("no such line");
+    return nlohmann::json();
+  };
+  until([](const nlohmann::json& j) { return j["held"] == false && j["waiters"].empty(); });
+  cli_holder holder(d);
+  until([](const nlohmann::json& j) { return j["held"] == true; });
+  auto w = queued_run(d, "eval", log, {"--priority", "5", "--expect", "2m"});
+  auto q = until([](const nlohmann::json& j) { return j["waiters"].size() == 1; });
+  CHECK(q["waiters"][0]["label"] == "eval");
+  CHECK(q["waiters"][0]["position"] == 1);
+  CHECK(q["waiters"][0]["priority"] == 5);
+  CHECK(q["waiters"][0]["expectMs"] == 120000);
+  holder.release();
+  CHECK(w->wait(30s) == std::optional<int>(0));
+  until([](const nlohmann::json& j) { return j["held"] == false && j["waiters"].empty(); });
+  watch.kill(SIGINT);
+  CHECK(watch.wait(10s) == std::optional<int>(0));
 }
