@@ -43,7 +43,10 @@ class queue_place {
   // The live waiters for the same slot that are served before this one
   // (every live one while not joined), nearest last; those passed over left
   // out.
-  std::vector<queue_entry> ahead();
+  std::vector<queue_entry> ahead() { return ahead_for(queue_slot(me_.rec)); }
+  // The same for slot `slot`, for a wait among several slots: the live
+  // waiters served before this one that would take that slot.
+  std::vector<queue_entry> ahead_for(int slot);
   // From now on the entries of `pid` are not waited for.
   void pass_over(std::int64_t pid) { passed_.insert(pid); }
   // The passed-over pids that still have a live entry in the queue: what a

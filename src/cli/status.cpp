@@ -44,31 +44,33 @@ struct board {
   bool multi = false;
 };
 
-// The slot a waiter queues for; -1 for a wait among several (not ordered).
-int queue_slot_of(const waiter& w) { return w.gpu >= 0 ? w.gpu : w.gpus == 1 ? 0 : -1; }
-
 std::optional<milliseconds> free_in(const info& i) {
   if (!i.held) return milliseconds(0);
   return i.expected_free_in;
 }
 
+// The ETA of a waiter for one slot: the holder's expected free time plus
+// the declared durations of those ahead for that slot. A wait among
+// several slots has none (which slot frees first is not declared).
 void place_waiters(board& b, const args& a) {
   b.places.assign(b.waiters.size(), place{});
   for (std::size_t k = 0; k < b.waiters.size(); ++k) {
-    const int slot = queue_slot_of(b.waiters[k]);
-    if (slot < 0) continue;
+    const waiter& w = b.waiters[k];
+    b.places[k].position = w.position;
+    if (w.gpu < 0 && w.gpus > 1) continue;
+    const int slot = std::max(0, w.gpu);
     const info* holder = nullptr;
     for (std::size_t s = 0; s < b.slots.size(); ++s)
       if (slot_of(a, s) == slot) holder = &b.slots[s];
     std::optional<milliseconds> eta = holder ? free_in(*holder) : std::nullopt;
-    int position = 1;
-    for (std::size_t j = 0; j < k; ++j) {
-      if (queue_slot_of(b.waiters[j]) != slot) continue;
-      ++position;
-      if (eta && b.waiters[j].expected.count() > 0) *eta += b.waiters[j].expected;
+    for (std::size_t j = 0; j < k && eta; ++j) {
+      const waiter& o = b.waiters[j];
+      const bool takes_slot = o.gpu >= 0 ? o.gpu == slot : o.gpus > slot;
+      if (!takes_slot) continue;
+      if (o.expected.count() > 0) *eta += o.expected;
       else eta.reset();
     }
-    b.places[k] = {position, eta};
+    b.places[k].eta = eta;
   }
 }
 

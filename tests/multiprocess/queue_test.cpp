@@ -429,3 +429,44 @@ TEST_CASE("status --watch --json prints one status object per change, line by li
   watch.kill(SIGINT);
   CHECK(watch.wait(10s) == std::optional<int>(0));
 }
+
+TEST_CASE("waiters among several GPU slots are in the same order as those for one", "[multiprocess][queue][cli][gpu]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  auto hold_slot = [&](int k) {
+    auto c = std::make_unique<child>(
+        cli_exe(), with_lock(d, {"run", "--gpu", std::to_string(k), "--", "sh", "-c", "echo held; read x"}));
+    REQUIRE(c->read_line() == std::optional<std::string>("held"));
+    return c;
+  };
+  auto slot0 = hold_slot(0), slot1 = hold_slot(1);
+  // Each logs its name and the slot it got.
+  auto queued = [&](const std::string& name, std::vector<std::string> which) {
+    std::vector<std::string> args = {"run", "--wait", "60", "--label", name};
+    args.insert(args.end(), which.begin(), which.end());
+    for (const char* a : {"--", "sh", "-c", "echo \"$0 $OFFLOAD_LOCK_GPU\" >> \"$1\"", name.c_str(), log.c_str()})
+      args.emplace_back(a);
+    return std::make_unique<child>(cli_exe(), with_lock(d, args));
+  };
+  std::vector<std::unique_ptr<child>> ws;
+  ws.push_back(queued("any1", {"--gpus", "2"}));
+  until_queued(d, 1);
+  ws.push_back(queued("only1", {"--gpu", "1"}));
+  until_queued(d, 2);
+  ws.push_back(queued("any2", {"--gpus", "2"}));
+  until_queued(d, 3);
+  ws.push_back(queued("only0", {"--gpu", "0"}));
+  until_queued(d, 4);
+  // Slot 0 frees: the first in line that takes slot 0, then the next, and
+  // so on; only1 does not take slot 0 and keeps its place for slot 1.
+  slot0->write_line("go");
+  REQUIRE(slot0->wait() == std::optional<int>(0));
+  REQUIRE(eventually([&] { return lines_of(log).size() == 3; }, 20s));
+  std::this_thread::sleep_for(300ms);
+  CHECK(lines_of(log) == std::vector<std::string>{"any1 0", "any2 0", "only0 0"});
+  slot1->write_line("go");
+  REQUIRE(slot1->wait() == std::optional<int>(0));
+  for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(log) == std::vector<std::string>{"any1 0", "any2 0", "only0 0", "only1 1"});
+}
