@@ -82,7 +82,7 @@ struct queue_entry {
 bool served_before(const queue_entry& a, const queue_entry& b);
 
 // The slot an entry waits for: its gpu, slot 0 for a plain lock, -1 for a
-// wait among several slots (not ordered).
+// wait among several slots (see accepts()).
 int queue_slot(const waiter_record& r);
 // Whether the entry's waiter would take slot `slot`: its own slot, or any
 // of the slots it waits among.

@@ -95,8 +95,9 @@ struct lock_options {
   // ahead that does not claim a free lock within 200 ms (stopped, hung) is
   // passed over. From -100 to 100 (else errc::bad_input); recorded in the
   // entry and in meta.json (`priority`). Threads of one process are served
-  // in the same order. Waits among several slots (gpus > 1, gpu < 0) are
-  // not ordered.
+  // in the same order. A wait among several slots (gpus > 1, gpu < 0) is
+  // in the same queue: a slot that frees goes to the first waiter in order
+  // that would take it.
   int priority = 0;
   // How long the holder expects to keep the lock, for the ETAs others see
   // (meta.json `expectMs`, the waiter's entry); 0: undeclared. Advisory:
