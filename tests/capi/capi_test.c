@@ -2,12 +2,16 @@
    release, lost; then the full acquisition (offload_lock_acquire_ex) against
    a holder in a forked child process: the holder named in busy and timeout
    messages, cancel, progress, GPU slots, the waiter list, loss, child
-   environment and pass-through. Exits non-zero after the checks when any
-   failed, naming each. */
+   environment and pass-through; then the queue (test_queue): priority and
+   expect_ms recorded, waiters in serving order with positions and ETAs,
+   the yield request, 0.2-sized options. Exits non-zero after the checks
+   when any failed, naming each. */
 #include <offload_lock/offload_lock.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +84,7 @@ static int stop_holder(holder h) {
 
 typedef struct progress_seen {
   int calls, changed_calls;
+  int position;
   int64_t holder_pid;
   char holder_label[64];
 } progress_seen;
@@ -88,6 +93,7 @@ static void on_progress(const offload_lock_progress* p, void* user) {
   progress_seen* s = (progress_seen*)user;
   ++s->calls;
   if (p->changed) ++s->changed_calls;
+  s->position = p->position;
   if (p->holder_count > 0) {
     s->holder_pid = p->holders[0].pid;
     snprintf(s->holder_label, sizeof s->holder_label, "%s", p->holders[0].label);
@@ -190,7 +196,7 @@ static void test_full_acquisition(const char* dir) {
   CHECK(strstr(message, "busy: ") == message);
   CHECK(strstr(message, "held by render-video (pid ") != NULL);
   o.wait_ms = 150;
-  progress_seen seen = {0, 0, 0, ""};
+  progress_seen seen = {0, 0, 0, 0, ""};
   o.on_progress = on_progress;
   o.progress_user = &seen;
   o.progress_every_ms = 50;
@@ -201,6 +207,7 @@ static void test_full_acquisition(const char* dir) {
   CHECK(strstr(message, "held by render-video (pid ") != NULL);
   CHECK(seen.changed_calls == 1 && seen.calls >= 2);
   CHECK(seen.holder_pid == (int64_t)other.pid && strcmp(seen.holder_label, "render-video") == 0);
+  CHECK(seen.position == 1); /* the only waiter: next */
   o.on_progress = NULL;
 
   /* Old entry point, same message. */
@@ -326,6 +333,270 @@ static void test_full_acquisition(const char* dir) {
   CHECK(strlen(offload_lock_version()) > 0);
 }
 
+/* ---- The queue ---- */
+
+/* Reads one line (without its '\n') from `fd` within `timeout_ms`; 0 on
+   timeout or end of file. */
+static int read_line(int fd, char* buf, size_t cap, int timeout_ms) {
+  size_t n = 0;
+  int64_t until = now_ms() + timeout_ms;
+  while (n + 1 < cap) {
+    struct pollfd p = {fd, POLLIN, 0};
+    int left = (int)(until - now_ms());
+    if (left < 0 || poll(&p, 1, left) <= 0) break;
+    char c;
+    if (read(fd, &c, 1) != 1) break;
+    if (c == '\n') {
+      buf[n] = '\0';
+      return 1;
+    }
+    buf[n++] = c;
+  }
+  buf[n] = '\0';
+  return 0;
+}
+
+static void say(int fd, const char* line) {
+  /* One write per line, below PIPE_BUF: lines from two threads never mix. */
+  if (write(fd, line, strlen(line)) < 0) _exit(5);
+}
+
+static void report_yield(const offload_lock_yield_request* r, void* user) {
+  char line[1200];
+  snprintf(line, sizeof line, "yield %lld %d %s\n", (long long)r->pid, r->priority, r->label);
+  say(*(int*)user, line);
+}
+
+/* A participant in another process, through offload_lock_acquire_ex: it
+   waits for `path` with `priority` and `expect_ms` (and on_yield when
+   `can_yield`), and says on its pipe "acquired" once it holds the lock,
+   "yield PID PRIORITY LABEL" when asked to make way, and "requested N"
+   (offload_lock_yield_requested) just before it releases, which it does
+   when its release pipe closes. */
+typedef struct participant {
+  pid_t pid;
+  int out_r;
+  int release_w;
+} participant;
+
+/* The parent's ends of every participant's pipes: each new participant
+   closes them, or it would keep another one's release pipe open. */
+static int parent_ends[64];
+static size_t parent_end_count = 0;
+
+static void forget_end(int fd) {
+  for (size_t k = 0; k < parent_end_count; ++k)
+    if (parent_ends[k] == fd) parent_ends[k] = parent_ends[--parent_end_count];
+}
+
+static participant start_participant(const char* path, const char* label, int priority, int64_t expect_ms,
+                                     int can_yield) {
+  int up[2], down[2];
+  participant p = {-1, -1, -1};
+  if (pipe(up) != 0 || pipe(down) != 0) return p;
+  pid_t pid = fork();
+  if (pid == 0) {
+    static int out_fd;
+    close(up[0]);
+    close(down[1]);
+    for (size_t k = 0; k < parent_end_count; ++k) close(parent_ends[k]);
+    out_fd = up[1];
+    offload_lock_options o;
+    offload_lock_options_init(&o);
+    o.path = path;
+    o.label = label;
+    o.wait_ms = 20000;
+    o.priority = priority;
+    o.expect_ms = expect_ms;
+    if (can_yield) {
+      o.on_yield = report_yield;
+      o.yield_user = &out_fd;
+    }
+    offload_lock_handle* h = NULL;
+    char m[512], line[640];
+    int r = offload_lock_acquire_ex(&o, &h, m, sizeof m);
+    snprintf(line, sizeof line, r == OFFLOAD_LOCK_OK ? "acquired\n" : "failed %d: %s\n", r, m);
+    say(out_fd, line);
+    if (r != OFFLOAD_LOCK_OK) _exit(3);
+    char c;
+    while (read(down[0], &c, 1) > 0) {
+    }
+    snprintf(line, sizeof line, "requested %d\n", offload_lock_yield_requested(h));
+    say(out_fd, line);
+    _exit(offload_lock_release(h) == OFFLOAD_LOCK_OK ? 0 : 6);
+  }
+  close(up[1]);
+  close(down[0]);
+  p.pid = pid;
+  p.out_r = up[0];
+  p.release_w = down[1];
+  if (parent_end_count + 2 <= sizeof parent_ends / sizeof parent_ends[0]) {
+    parent_ends[parent_end_count++] = p.out_r;
+    parent_ends[parent_end_count++] = p.release_w;
+  }
+  return p;
+}
+
+static int stop_participant(participant* p) {
+  int st = 0;
+  if (p->pid <= 0) return -1;
+  if (p->release_w >= 0) {
+    forget_end(p->release_w);
+    close(p->release_w);
+  }
+  waitpid(p->pid, &st, 0);
+  forget_end(p->out_r);
+  close(p->out_r);
+  p->pid = -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static size_t wait_for_waiters(const char* path, size_t want) {
+  size_t count = 0;
+  int64_t until = now_ms() + 5000;
+  while (now_ms() < until) {
+    if (offload_lock_waiters_ex(path, NULL, 0, 0, &count) == OFFLOAD_LOCK_OK && count >= want) break;
+    usleep(5000);
+  }
+  return count;
+}
+
+static void test_queue(const char* dir) {
+  char path[4096], line[1200], message[512] = "";
+  snprintf(path, sizeof path, "%s/queue.lock", dir);
+
+  /* Priority and expect_ms are checked and recorded; no on_yield: never
+     asked. */
+  offload_lock_options o;
+  offload_lock_options_init(&o);
+  CHECK(o.priority == 0 && o.expect_ms == 0 && o.on_yield == NULL && o.yield_user == NULL);
+  o.path = path;
+  o.wait_ms = 0;
+  offload_lock_handle* h = NULL;
+  o.priority = 101;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID);
+  CHECK(h == NULL && strstr(message, "priority 101") != NULL);
+  o.priority = -101;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID);
+  o.priority = 0;
+  o.expect_ms = -1;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID);
+  CHECK(strstr(message, "expect_ms") != NULL);
+  o.priority = -100;
+  o.expect_ms = 5000;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_OK);
+  offload_lock_queue_info q;
+  memset(&q, 0, sizeof q);
+  q.size = sizeof q;
+  offload_lock_info_ex ie;
+  CHECK(offload_lock_inspect_queue(path, 0, &ie, &q) == OFFLOAD_LOCK_OK);
+  CHECK(q.size == sizeof q && ie.held && ie.pid == (int64_t)getpid());
+  CHECK(q.priority == -100 && q.expect_ms == 5000 && q.free_in_ms > 0 && q.free_in_ms <= 5000);
+  CHECK(!q.can_yield && !q.has_yield_request);
+  if (h) {
+    CHECK(!offload_lock_yield_requested(h));
+    CHECK(offload_lock_release(h) == OFFLOAD_LOCK_OK);
+  }
+  CHECK(!offload_lock_yield_requested(NULL));
+  CHECK(offload_lock_inspect_queue(path, 0, NULL, &q) == OFFLOAD_LOCK_OK);
+  CHECK(q.priority == 0 && q.expect_ms == 0 && q.free_in_ms == -1 && !q.can_yield);
+  q.size = sizeof q - 1;
+  CHECK(offload_lock_inspect_queue(path, 0, NULL, &q) == OFFLOAD_LOCK_INVALID);
+  CHECK(offload_lock_inspect_queue(path, 0, NULL, NULL) == OFFLOAD_LOCK_INVALID);
+
+  /* A program built against 0.2's header passes 0.2's size: the fields after
+     lost_user are not read (this priority would be refused). */
+  offload_lock_options old;
+  offload_lock_options_init(&old);
+  old.size = offsetof(offload_lock_options, priority);
+  old.path = path;
+  old.wait_ms = 0;
+  old.priority = 1000;
+  old.expect_ms = -5;
+  h = NULL;
+  CHECK(offload_lock_acquire_ex(&old, &h, message, sizeof message) == OFFLOAD_LOCK_OK);
+  if (h) CHECK(offload_lock_release(h) == OFFLOAD_LOCK_OK);
+  old.size = offsetof(offload_lock_options, lost_user);
+  CHECK(offload_lock_acquire_ex(&old, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID);
+
+  /* A holder in another process that declared 60 s and can yield; two
+     waiters in two more: A (priority 0, 10 s) queues first, B (priority 10,
+     20 s) second, and is served first. */
+  participant yielder = start_participant(path, "holder", 0, 60000, 1);
+  CHECK(yielder.pid > 0 && read_line(yielder.out_r, line, sizeof line, 10000) && strcmp(line, "acquired") == 0);
+  memset(&q, 0, sizeof q);
+  q.size = sizeof q;
+  CHECK(offload_lock_inspect_queue(path, 0, &ie, &q) == OFFLOAD_LOCK_OK);
+  CHECK(ie.held && ie.pid == (int64_t)yielder.pid);
+  CHECK(q.priority == 0 && q.expect_ms == 60000 && q.free_in_ms > 0 && q.free_in_ms <= 60000);
+  CHECK(q.can_yield && !q.has_yield_request);
+
+  participant a = start_participant(path, "batch-a", 0, 10000, 0);
+  CHECK(wait_for_waiters(path, 1) == 1);
+  /* A waiter of the holder's own priority asks nothing. */
+  CHECK(!read_line(yielder.out_r, line, sizeof line, 200));
+  participant b = start_participant(path, "urgent-b", 10, 20000, 0);
+  CHECK(wait_for_waiters(path, 2) == 2);
+
+  offload_lock_waiter_ex ws[4];
+  size_t count = 0;
+  CHECK(offload_lock_waiters_ex(path, ws, sizeof ws[0], 4, &count) == OFFLOAD_LOCK_OK && count == 2);
+  if (count == 2) {
+    CHECK(ws[0].waiter.pid == (int64_t)b.pid && strcmp(ws[0].waiter.label, "urgent-b") == 0);
+    CHECK(ws[0].priority == 10 && ws[0].expect_ms == 20000 && ws[0].position == 1);
+    CHECK(ws[0].eta_ms > 0 && ws[0].eta_ms <= 60000);
+    CHECK(ws[1].waiter.pid == (int64_t)a.pid && ws[1].priority == 0 && ws[1].expect_ms == 10000);
+    CHECK(ws[1].position == 2 && ws[1].eta_ms == ws[0].eta_ms + 20000);
+  }
+  offload_lock_waiter plain[4];
+  CHECK(offload_lock_waiters(path, plain, 4, &count) == OFFLOAD_LOCK_OK && count == 2);
+  CHECK(count == 2 && plain[0].pid == (int64_t)b.pid && plain[1].pid == (int64_t)a.pid);
+  CHECK(offload_lock_waiters_ex(path, ws, sizeof ws[0] - 1, 4, &count) == OFFLOAD_LOCK_INVALID);
+  CHECK(offload_lock_waiters_ex(path, ws, sizeof ws[0], 4, NULL) == OFFLOAD_LOCK_INVALID);
+
+  /* The holder is asked once, for B; status names B. */
+  char want[1200];
+  snprintf(want, sizeof want, "yield %lld 10 urgent-b", (long long)b.pid);
+  CHECK(read_line(yielder.out_r, line, sizeof line, 5000) && strcmp(line, want) == 0);
+  memset(&q, 0, sizeof q);
+  q.size = sizeof q;
+  CHECK(offload_lock_inspect_queue(path, 0, NULL, &q) == OFFLOAD_LOCK_OK);
+  CHECK(q.has_yield_request && q.yield_pid == (int64_t)b.pid && q.yield_priority == 10);
+  CHECK(strcmp(q.yield_label, "urgent-b") == 0);
+
+  /* The holder makes way: its next line is "requested 1", no second ask.
+     B takes the lock, A keeps waiting until B is done. */
+  forget_end(yielder.release_w);
+  close(yielder.release_w);
+  yielder.release_w = -1;
+  CHECK(read_line(yielder.out_r, line, sizeof line, 5000) && strcmp(line, "requested 1") == 0);
+  CHECK(stop_participant(&yielder) == 0);
+  CHECK(read_line(b.out_r, line, sizeof line, 5000) && strcmp(line, "acquired") == 0);
+  CHECK(!read_line(a.out_r, line, sizeof line, 300));
+  CHECK(offload_lock_waiters_ex(path, ws, sizeof ws[0], 4, &count) == OFFLOAD_LOCK_OK && count == 1);
+  if (count == 1) CHECK(ws[0].waiter.pid == (int64_t)a.pid && ws[0].position == 1 && ws[0].eta_ms > 10000);
+  CHECK(stop_participant(&b) == 0);
+  CHECK(read_line(a.out_r, line, sizeof line, 5000) && strcmp(line, "acquired") == 0);
+  CHECK(stop_participant(&a) == 0);
+
+  /* A holder that declared nothing: its waiters' ETA is unknown. */
+  holder other = start_holder(path, "no-expectation");
+  CHECK(other.pid > 0);
+  parent_ends[parent_end_count++] = other.release_w;
+  participant c = start_participant(path, "c", 0, 1000, 0);
+  CHECK(wait_for_waiters(path, 1) == 1);
+  CHECK(offload_lock_waiters_ex(path, ws, sizeof ws[0], 4, &count) == OFFLOAD_LOCK_OK && count == 1);
+  if (count == 1) CHECK(ws[0].position == 1 && ws[0].eta_ms == -1 && ws[0].expect_ms == 1000);
+  memset(&q, 0, sizeof q);
+  q.size = sizeof q;
+  CHECK(offload_lock_inspect_queue(path, 0, NULL, &q) == OFFLOAD_LOCK_OK);
+  CHECK(q.expect_ms == 0 && q.free_in_ms == -1 && !q.can_yield && !q.has_yield_request);
+  forget_end(other.release_w);
+  if (other.pid > 0) CHECK(stop_holder(other) == 0);
+  CHECK(read_line(c.out_r, line, sizeof line, 5000) && strcmp(line, "acquired") == 0);
+  CHECK(stop_participant(&c) == 0);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: capi_test DIR\n");
@@ -374,6 +645,7 @@ int main(int argc, char** argv) {
   CHECK(offload_lock_release(NULL) == OFFLOAD_LOCK_INVALID);
 
   test_full_acquisition(argv[1]);
+  test_queue(argv[1]);
 
   if (failures) return 1;
   printf("capi: all checks passed\n");
