@@ -368,8 +368,8 @@ static void report_yield(const offload_lock_yield_request* r, void* user) {
 }
 
 /* A participant in another process, through offload_lock_acquire_ex: it
-   waits for `path` with `priority` and `expect_ms` (and on_yield when
-   `can_yield`), and says on its pipe "acquired" once it holds the lock,
+   waits for `path` (GPU slot `gpu`, or the first free of `gpus`) with
+   `priority` and `expect_ms` (and on_yield when `can_yield`), and says on its pipe "acquired" once it holds the lock,
    "yield PID PRIORITY LABEL" when asked to make way, and "requested N"
    (offload_lock_yield_requested) just before it releases, which it does
    when its release pipe closes. */
@@ -390,7 +390,7 @@ static void forget_end(int fd) {
 }
 
 static participant start_participant(const char* path, const char* label, int priority, int64_t expect_ms,
-                                     int can_yield) {
+                                     int can_yield, int gpu, int gpus) {
   int up[2], down[2];
   participant p = {-1, -1, -1};
   if (pipe(up) != 0 || pipe(down) != 0) return p;
@@ -408,6 +408,8 @@ static participant start_participant(const char* path, const char* label, int pr
     o.wait_ms = 20000;
     o.priority = priority;
     o.expect_ms = expect_ms;
+    o.gpu = gpu;
+    o.gpus = gpus;
     if (can_yield) {
       o.on_yield = report_yield;
       o.yield_user = &out_fd;
@@ -522,7 +524,7 @@ static void test_queue(const char* dir) {
   /* A holder in another process that declared 60 s and can yield; two
      waiters in two more: A (priority 0, 10 s) queues first, B (priority 10,
      20 s) second, and is served first. */
-  participant yielder = start_participant(path, "holder", 0, 60000, 1);
+  participant yielder = start_participant(path, "holder", 0, 60000, 1, -1, 1);
   CHECK(yielder.pid > 0 && read_line(yielder.out_r, line, sizeof line, 10000) && strcmp(line, "acquired") == 0);
   memset(&q, 0, sizeof q);
   q.size = sizeof q;
@@ -531,11 +533,11 @@ static void test_queue(const char* dir) {
   CHECK(q.priority == 0 && q.expect_ms == 60000 && q.free_in_ms > 0 && q.free_in_ms <= 60000);
   CHECK(q.can_yield && !q.has_yield_request);
 
-  participant a = start_participant(path, "batch-a", 0, 10000, 0);
+  participant a = start_participant(path, "batch-a", 0, 10000, 0, -1, 1);
   CHECK(wait_for_waiters(path, 1) == 1);
   /* A waiter of the holder's own priority asks nothing. */
   CHECK(!read_line(yielder.out_r, line, sizeof line, 200));
-  participant b = start_participant(path, "urgent-b", 10, 20000, 0);
+  participant b = start_participant(path, "urgent-b", 10, 20000, 0, -1, 1);
   CHECK(wait_for_waiters(path, 2) == 2);
 
   offload_lock_waiter_ex ws[4];
@@ -583,7 +585,7 @@ static void test_queue(const char* dir) {
   holder other = start_holder(path, "no-expectation");
   CHECK(other.pid > 0);
   parent_ends[parent_end_count++] = other.release_w;
-  participant c = start_participant(path, "c", 0, 1000, 0);
+  participant c = start_participant(path, "c", 0, 1000, 0, -1, 1);
   CHECK(wait_for_waiters(path, 1) == 1);
   CHECK(offload_lock_waiters_ex(path, ws, sizeof ws[0], 4, &count) == OFFLOAD_LOCK_OK && count == 1);
   if (count == 1) CHECK(ws[0].position == 1 && ws[0].eta_ms == -1 && ws[0].expect_ms == 1000);
@@ -591,6 +593,40 @@ static void test_queue(const char* dir) {
   q.size = sizeof q;
   CHECK(offload_lock_inspect_queue(path, 0, NULL, &q) == OFFLOAD_LOCK_OK);
   CHECK(q.expect_ms == 0 && q.free_in_ms == -1 && !q.can_yield && !q.has_yield_request);
+
+  /* Each GPU slot has a queue of its own: a waiter for slot 1 behind c is
+     next for slot 1; a wait among both slots has no position. */
+  char slot1[4200];
+  snprintf(slot1, sizeof slot1, "%s.gpu1", path);
+  holder other1 = start_holder(slot1, "slot-1-holder");
+  CHECK(other1.pid > 0);
+  parent_ends[parent_end_count++] = other1.release_w;
+  participant d = start_participant(path, "d", 0, 0, 0, 1, 2);
+  CHECK(wait_for_waiters(path, 2) == 2);
+  participant e = start_participant(path, "e", 0, 0, 0, -1, 2);
+  CHECK(wait_for_waiters(path, 3) == 3);
+  CHECK(offload_lock_waiters_ex(path, ws, sizeof ws[0], 4, &count) == OFFLOAD_LOCK_OK && count == 3);
+  /* (The list's order across slots is the library's; look them up.) */
+  int seen_cde = 0;
+  for (size_t k = 0; k < count && k < 4; ++k) {
+    const offload_lock_waiter_ex* x = &ws[k];
+    if (x->waiter.pid == (int64_t)c.pid) {
+      seen_cde |= 1;
+      CHECK(x->position == 1);
+    } else if (x->waiter.pid == (int64_t)d.pid) {
+      seen_cde |= 2;
+      CHECK(x->waiter.gpu == 1 && x->position == 1 && x->eta_ms == -1);
+    } else if (x->waiter.pid == (int64_t)e.pid) {
+      seen_cde |= 4;
+      CHECK(x->waiter.gpus == 2 && x->position == 0 && x->eta_ms == -1);
+    }
+  }
+  CHECK(seen_cde == 7);
+  kill(d.pid, SIGKILL);
+  kill(e.pid, SIGKILL);
+  CHECK(stop_participant(&d) == 128 + SIGKILL && stop_participant(&e) == 128 + SIGKILL);
+  forget_end(other1.release_w);
+  if (other1.pid > 0) CHECK(stop_holder(other1) == 0);
   forget_end(other.release_w);
   if (other.pid > 0) CHECK(stop_holder(other) == 0);
   CHECK(read_line(c.out_r, line, sizeof line, 5000) && strcmp(line, "acquired") == 0);
