@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar, Union, cast
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union, cast
 
 from . import _native as N
 
@@ -195,7 +195,7 @@ def _queue_dict(q: N.QueueInfo, held: bool) -> Dict[str, Any]:
     }
 
 
-def _inspect_both(path: str, ttl_ms: int = 0) -> "tuple[Dict[str, Any], Dict[str, Any]]":
+def _inspect_both(path: str, ttl_ms: int = 0) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """One inspection: the lock's keys and the queue's keys."""
     info = N.InfoEx()
     q = N.QueueInfo()
