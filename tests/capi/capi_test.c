@@ -6,6 +6,7 @@
    expect_ms recorded, waiters in serving order with positions and ETAs,
    the yield request, 0.2-sized options. Exits non-zero after the checks
    when any failed, naming each. */
+#define _GNU_SOURCE /* pipe2 */
 #include <offload_lock/offload_lock.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +36,22 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The test's ends of every helper process's pipes. They are close-on-exec,
+   and a holder (forked, not exec'd) closes them first thing: a helper that
+   kept another's release pipe open would keep that one from seeing end of
+   file. */
+static int parent_ends[64];
+static size_t parent_end_count = 0;
+
+static void remember_end(int fd) {
+  if (parent_end_count < sizeof parent_ends / sizeof parent_ends[0]) parent_ends[parent_end_count++] = fd;
+}
+
+static void forget_end(int fd) {
+  for (size_t k = 0; k < parent_end_count; ++k)
+    if (parent_ends[k] == fd) parent_ends[k] = parent_ends[--parent_end_count];
+}
+
 /* A holder in another process: takes `lock_path` with `label`, says "1" on
    its pipe once it holds it, and releases when its stdin pipe closes. */
 typedef struct holder {
@@ -45,11 +62,12 @@ typedef struct holder {
 static holder start_holder(const char* lock_path, const char* label) {
   int up[2], down[2];
   holder h = {-1, -1};
-  if (pipe(up) != 0 || pipe(down) != 0) return h;
+  if (pipe2(up, O_CLOEXEC) != 0 || pipe2(down, O_CLOEXEC) != 0) return h;
   pid_t pid = fork();
   if (pid == 0) {
     close(up[0]);
     close(down[1]);
+    for (size_t k = 0; k < parent_end_count; ++k) close(parent_ends[k]);
     offload_lock_handle* l = NULL;
     char m[512];
     if (offload_lock_acquire(lock_path, 10000, label, &l, m, sizeof m) != OFFLOAD_LOCK_OK) _exit(3);
@@ -72,11 +90,13 @@ static holder start_holder(const char* lock_path, const char* label) {
   close(up[0]);
   h.pid = pid;
   h.release_w = down[1];
+  remember_end(h.release_w);
   return h;
 }
 
 static int stop_holder(holder h) {
   int st = 0;
+  forget_end(h.release_w);
   close(h.release_w);
   waitpid(h.pid, &st, 0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -363,79 +383,78 @@ static void say(int fd, const char* line) {
 
 static void report_yield(const offload_lock_yield_request* r, void* user) {
   char line[1200];
+  (void)user;
   snprintf(line, sizeof line, "yield %lld %d %s\n", (long long)r->pid, r->priority, r->label);
-  say(*(int*)user, line);
+  say(1, line);
 }
 
-/* A participant in another process, through offload_lock_acquire_ex: it
-   waits for `path` (GPU slot `gpu`, or the first free of `gpus`) with
-   `priority` and `expect_ms` (and on_yield when `can_yield`), and says on its pipe "acquired" once it holds the lock,
-   "yield PID PRIORITY LABEL" when asked to make way, and "requested N"
-   (offload_lock_yield_requested) just before it releases, which it does
-   when its release pipe closes. */
+/* A participant in a process of its own: `capi_test --participant PATH
+   LABEL PRIORITY EXPECT_MS CAN_YIELD GPU GPUS` waits for PATH (GPU slot
+   GPU, or the first free of GPUS) with PRIORITY and EXPECT_MS (and
+   on_yield when CAN_YIELD is 1), and says on stdout "acquired" once it
+   holds the lock, "yield PID PRIORITY LABEL" when asked to make way, and
+   "requested N" (offload_lock_yield_requested) just before it releases,
+   which it does when its stdin ends. A new process image, not a fork: a
+   forked copy of this multi-threaded test would share its library state
+   (under ThreadSanitizer, which installs no fork handlers, its heartbeat
+   thread would not run). */
+static int participant_main(char** argv) {
+  offload_lock_options o;
+  offload_lock_options_init(&o);
+  o.path = argv[2];
+  o.label = argv[3];
+  o.wait_ms = 20000;
+  o.priority = atoi(argv[4]);
+  o.expect_ms = atoll(argv[5]);
+  if (atoi(argv[6])) o.on_yield = report_yield;
+  o.gpu = atoi(argv[7]);
+  o.gpus = atoi(argv[8]);
+  offload_lock_handle* h = NULL;
+  char m[512], line[640];
+  int r = offload_lock_acquire_ex(&o, &h, m, sizeof m);
+  snprintf(line, sizeof line, r == OFFLOAD_LOCK_OK ? "acquired\n" : "failed %d: %s\n", r, m);
+  say(1, line);
+  if (r != OFFLOAD_LOCK_OK) return 3;
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  snprintf(line, sizeof line, "requested %d\n", offload_lock_yield_requested(h));
+  say(1, line);
+  return offload_lock_release(h) == OFFLOAD_LOCK_OK ? 0 : 6;
+}
+
 typedef struct participant {
   pid_t pid;
   int out_r;
   int release_w;
 } participant;
 
-/* The parent's ends of every participant's pipes: each new participant
-   closes them, or it would keep another one's release pipe open. */
-static int parent_ends[64];
-static size_t parent_end_count = 0;
-
-static void forget_end(int fd) {
-  for (size_t k = 0; k < parent_end_count; ++k)
-    if (parent_ends[k] == fd) parent_ends[k] = parent_ends[--parent_end_count];
-}
-
 static participant start_participant(const char* path, const char* label, int priority, int64_t expect_ms,
                                      int can_yield, int gpu, int gpus) {
   int up[2], down[2];
   participant p = {-1, -1, -1};
-  if (pipe(up) != 0 || pipe(down) != 0) return p;
+  if (pipe2(up, O_CLOEXEC) != 0 || pipe2(down, O_CLOEXEC) != 0) return p;
+  char prio[16], expect[32], yield[4], gpu_s[16], gpus_s[16];
+  snprintf(prio, sizeof prio, "%d", priority);
+  snprintf(expect, sizeof expect, "%lld", (long long)expect_ms);
+  snprintf(yield, sizeof yield, "%d", can_yield ? 1 : 0);
+  snprintf(gpu_s, sizeof gpu_s, "%d", gpu);
+  snprintf(gpus_s, sizeof gpus_s, "%d", gpus);
   pid_t pid = fork();
   if (pid == 0) {
-    static int out_fd;
-    close(up[0]);
-    close(down[1]);
-    for (size_t k = 0; k < parent_end_count; ++k) close(parent_ends[k]);
-    out_fd = up[1];
-    offload_lock_options o;
-    offload_lock_options_init(&o);
-    o.path = path;
-    o.label = label;
-    o.wait_ms = 20000;
-    o.priority = priority;
-    o.expect_ms = expect_ms;
-    o.gpu = gpu;
-    o.gpus = gpus;
-    if (can_yield) {
-      o.on_yield = report_yield;
-      o.yield_user = &out_fd;
-    }
-    offload_lock_handle* h = NULL;
-    char m[512], line[640];
-    int r = offload_lock_acquire_ex(&o, &h, m, sizeof m);
-    snprintf(line, sizeof line, r == OFFLOAD_LOCK_OK ? "acquired\n" : "failed %d: %s\n", r, m);
-    say(out_fd, line);
-    if (r != OFFLOAD_LOCK_OK) _exit(3);
-    char c;
-    while (read(down[0], &c, 1) > 0) {
-    }
-    snprintf(line, sizeof line, "requested %d\n", offload_lock_yield_requested(h));
-    say(out_fd, line);
-    _exit(offload_lock_release(h) == OFFLOAD_LOCK_OK ? 0 : 6);
+    /* dup2 clears close-on-exec on the copies it makes. */
+    if (dup2(down[0], 0) < 0 || dup2(up[1], 1) < 0) _exit(126);
+    execl("/proc/self/exe", "capi_test", "--participant", path, label, prio, expect, yield, gpu_s, gpus_s,
+          (char*)NULL);
+    _exit(127);
   }
   close(up[1]);
   close(down[0]);
   p.pid = pid;
   p.out_r = up[0];
   p.release_w = down[1];
-  if (parent_end_count + 2 <= sizeof parent_ends / sizeof parent_ends[0]) {
-    parent_ends[parent_end_count++] = p.out_r;
-    parent_ends[parent_end_count++] = p.release_w;
-  }
+  remember_end(p.out_r);
+  remember_end(p.release_w);
   return p;
 }
 
@@ -584,7 +603,6 @@ static void test_queue(const char* dir) {
   /* A holder that declared nothing: its waiters' ETA is unknown. */
   holder other = start_holder(path, "no-expectation");
   CHECK(other.pid > 0);
-  parent_ends[parent_end_count++] = other.release_w;
   participant c = start_participant(path, "c", 0, 1000, 0, -1, 1);
   CHECK(wait_for_waiters(path, 1) == 1);
   CHECK(offload_lock_waiters_ex(path, ws, sizeof ws[0], 4, &count) == OFFLOAD_LOCK_OK && count == 1);
@@ -600,7 +618,6 @@ static void test_queue(const char* dir) {
   snprintf(slot1, sizeof slot1, "%s.gpu1", path);
   holder other1 = start_holder(slot1, "slot-1-holder");
   CHECK(other1.pid > 0);
-  parent_ends[parent_end_count++] = other1.release_w;
   participant d = start_participant(path, "d", 0, 0, 0, 1, 2);
   CHECK(wait_for_waiters(path, 2) == 2);
   participant e = start_participant(path, "e", 0, 0, 0, -1, 2);
@@ -625,15 +642,14 @@ static void test_queue(const char* dir) {
   kill(d.pid, SIGKILL);
   kill(e.pid, SIGKILL);
   CHECK(stop_participant(&d) == 128 + SIGKILL && stop_participant(&e) == 128 + SIGKILL);
-  forget_end(other1.release_w);
   if (other1.pid > 0) CHECK(stop_holder(other1) == 0);
-  forget_end(other.release_w);
   if (other.pid > 0) CHECK(stop_holder(other) == 0);
   CHECK(read_line(c.out_r, line, sizeof line, 5000) && strcmp(line, "acquired") == 0);
   CHECK(stop_participant(&c) == 0);
 }
 
 int main(int argc, char** argv) {
+  if (argc == 9 && strcmp(argv[1], "--participant") == 0) return participant_main(argv);
   if (argc < 2) {
     fprintf(stderr, "usage: capi_test DIR\n");
     return 2;
