@@ -1142,9 +1142,22 @@ void benchmark::queue() {
     // The planting user must reach the registry: the run's directory is
     // made 0700 by mkdtemp.
     ::chmod(tmp_.c_str(), 0711);
-    q_plant_ = qbench::plant_junk(cfg_.self, lock, q.junk_entries, kJunkUid);
+    q_plant_ = qbench::plant_junk(cfg_.self, lock, q.junk_entries, kJunkUid, "mix");
     if (q_plant_->error.empty()) q_junk_ = qbench::drain(cfg_.self, lock, q.junk_waiters);
     q_junk_base_ = qbench::drain(cfg_.self, fresh("q-junk-base") + "/gpu.lock", q.junk_waiters);
+    // Diagnostics (full run): each kind of junk on its own, half as many.
+    std::vector<std::pair<std::string, qbench::drain_result>> kinds;
+    if (!cfg_.quick && q_plant_->error.empty())
+      for (std::string kind : {"big", "forged"}) {
+        const std::string l = fresh("q-junk-" + kind) + "/gpu.lock";
+        auto p = qbench::plant_junk(cfg_.self, l, q.junk_entries / 2, kJunkUid, kind);
+        qbench::drain_result d;
+        if (p.error.empty()) d = qbench::drain(cfg_.self, l, q.junk_waiters);
+        else d.error = p.error;
+        kinds.push_back({"(diagnostic) " + std::to_string(q.junk_entries / 2) +
+                             (kind == "big" ? " 60 KiB garbage only" : " forged entries only"),
+                         d});
+      }
     const auto& p = *q_plant_;
     if (!p.error.empty()) print("  planting failed: " + p.error + "\n");
     else
@@ -1174,6 +1187,7 @@ void benchmark::queue() {
     };
     row(std::to_string(q.junk_entries) + " junk entries", q_junk_);
     row("no junk (baseline)", q_junk_base_);
+    for (auto& [name, d] : kinds) row(name, d);
     print(t.render());
     jq["junk_flood"] = {{"entries", q.junk_entries},
                         {"planted", p.planted},

@@ -234,17 +234,19 @@ int q_waiter(int argc, char** argv) {
 }
 
 // Plants junk in a lock's waiter registry, as another user would: `plant
-// DIR COUNT UID`. Run as root it first becomes UID (so the files are that
-// user's); otherwise it plants as whoever it is. Half the files are
-// oversized garbage under entry-like names, half well-formed entries that
+// DIR COUNT UID KIND`. Run as root it first becomes UID (so the files are
+// that user's); otherwise it plants as whoever it is. KIND mix: half the
+// files are oversized garbage under entry-like names, half well-formed
+// entries (big, forged: only the one kind) that
 // claim the front of the queue (priority 100, arrival 0) for pids that are
 // alive but not waiting (pid 1, this benchmark), none of them write-locked.
 // Says "ID planted <n> <uid>" or "ID e <message>".
 int plant(int argc, char** argv) {
-  if (argc < 6) return usage("plant DIR COUNT UID");
+  if (argc < 7) return usage("plant DIR COUNT UID mix|big|forged");
   const std::string dir = argv[3];
   const long count = std::atol(argv[4]);
   const uid_t uid = static_cast<uid_t>(std::atol(argv[5]));
+  const std::string kind = argv[6];
   if (::geteuid() == 0 && uid != 0) {
     if (::setgid(uid) != 0 || ::setuid(uid) != 0) {
       say(std::string("plant e setuid: ") + std::strerror(errno));
@@ -258,7 +260,7 @@ int plant(int argc, char** argv) {
   for (long i = 0; i < count; ++i) {
     char hex[13];
     std::snprintf(hex, sizeof hex, "%012llx", static_cast<unsigned long long>(rng() & 0xffffffffffffULL));
-    const bool garbage = i % 2 == 0;
+    const bool garbage = kind == "big" || (kind == "mix" && i % 2 == 0);
     const long pid = garbage ? 100000 + i : (i % 4 == 1 ? 1 : parent);
     const std::string name = dir + "/" + std::to_string(pid) + "-" + hex + ".json";
     const std::string body =

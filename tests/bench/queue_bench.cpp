@@ -362,7 +362,8 @@ drain_result drain(const std::string& self, const std::string& lock, int n) {
   return res;
 }
 
-plant_result plant_junk(const std::string& self, const std::string& lock, int count, uid_t as_uid) {
+plant_result plant_junk(const std::string& self, const std::string& lock, int count, uid_t as_uid,
+                        const std::string& kind) {
   plant_result res;
   try {
     auto slash = lock.rfind('/');
@@ -375,7 +376,7 @@ plant_result plant_junk(const std::string& self, const std::string& lock, int co
     if (::chmod(reg.c_str(), 01777) != 0) throw failure(sys_error("chmod " + reg));
     const uid_t uid = ::geteuid() == 0 ? as_uid : ::geteuid();
     fleet f;
-    f.spawn("plant", {self, "--child", "plant", reg, std::to_string(count), std::to_string(uid)});
+    f.spawn("plant", {self, "--child", "plant", reg, std::to_string(count), std::to_string(uid), kind});
     event e = f.expect("plant", "planted", 120'000);
     f.wait_exit("plant", kTo);
     res.planted = static_cast<int>(e.v.at(0));

@@ -112,7 +112,9 @@ struct plant_result {
 };
 // Plants `count` junk entries in the registry of `lock` (made world-writable
 // and sticky, as in /tmp), as uid `as_uid` when this process is root.
-plant_result plant_junk(const std::string& self, const std::string& lock, int count, uid_t as_uid);
+// `kind`: mix (half 60 KiB garbage, half forged entries), big or forged.
+plant_result plant_junk(const std::string& self, const std::string& lock, int count, uid_t as_uid,
+                        const std::string& kind);
 
 struct barging_result {
   int v1_runners = 0, queued_depth = 0;
