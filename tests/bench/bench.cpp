@@ -1089,14 +1089,15 @@ void benchmark::queue() {
   print("\n   b) Herd-free: N waiters queued one after another, then released and drained (each holds and releases\n"
         "      at once); wakeups = voluntary context switches summed over every waiter from just before the release\n"
         "      to its exit (every thread, /proc then getrusage), CPU the same; \"until held\": only up to the moment\n"
-        "      each waiter held (its own acquire-to-exit left out); handoffs = N;\n"
+        "      each waiter held (its own acquire-to-exit left out); handoffs = N; handoff p50 split by whether the\n"
+        "      waiter taking the lock could watch (inotify) or had to poll;\n"
         "      goals: ≤ 3 wakeups per handoff, CPU per handoff at 200 ≤ 2× at 10\n");
   q_herd_.clear();
   for (int n : kHerdSizes) q_herd_.push_back({n, qbench::drain(cfg_.self, fresh("q-herd-" + std::to_string(n)) + "/gpu.lock", n)});
   double cpu10 = kNaN;
   {
     table t{{"waiters", "watching (inotify)", "wakeups", "per handoff", "until held", "CPU ms", "CPU ms per handoff",
-             "until held", "vs 10", "drain ms", "inversions"},
+             "until held", "vs 10", "drain ms", "handoff p50 ms watching", "polling", "inversions"},
             {}};
     json rows = json::array();
     for (auto& [n, r] : q_herd_) {
@@ -1113,7 +1114,15 @@ void benchmark::queue() {
       t.rows.push_back({std::to_string(n), std::to_string(r.with_inotify) + "/" + std::to_string(n),
                         std::to_string(r.voluntary), fmt(per, 2), fmt(per_w, 2), fmt(double(r.cpu_ns) / 1e6, 1),
                         fmt(cpu_per, 3), fmt(cpu_per_w, 3), ratio(cpu_per, cpu10), fmt(r.drain_ms, 1),
+                        r.handoff_watching_ms.empty() ? "" : fmt(summarize(r.handoff_watching_ms).p50, 3),
+                        r.handoff_polling_ms.empty() ? "" : fmt(summarize(r.handoff_polling_ms).p50, 3),
                         std::to_string(r.order.inversions)});
+      if (!r.handoff_watching_ms.empty())
+        jr["handoff_ms_p50_watching"] = round3(summarize(r.handoff_watching_ms).p50);
+      if (!r.handoff_polling_ms.empty()) {
+        jr["handoff_ms_p50_polling"] = round3(summarize(r.handoff_polling_ms).p50);
+        jr["handoffs_polling"] = r.handoff_polling_ms.size();
+      }
       jr["wakeups_per_handoff_until_held"] = round3(per_w);
       jr["cpu_ms_per_handoff_until_held"] = round3(cpu_per_w);
       jr["with_inotify"] = r.with_inotify;
@@ -1121,7 +1130,7 @@ void benchmark::queue() {
       jr["wakeups_per_handoff"] = round3(per);
       jr["cpu_ms"] = round3(double(r.cpu_ns) / 1e6);
       jr["cpu_ms_per_handoff"] = round3(cpu_per);
-      jr["cpu_per_handoff_ratio_to_10"] = num(cpu_per / cpu10);
+      jr["cpu_per_handoff_ratio_to_10"] = num(round3(cpu_per / cpu10));
       jr["drain_ms"] = round3(r.drain_ms);
       jr["order"] = order_json(r.order);
       rows.push_back(jr);

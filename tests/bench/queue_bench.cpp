@@ -267,15 +267,10 @@ fifo_result fifo(const std::string& self, const std::string& lock, int handoffs,
         ++res.killed_queued;
       }
       // ... and one more in the back half while the queue drains.
-      int late = -1;
-      for (int k = batch - 1; k >= batch / 2; --k) {
-        int c = std::uniform_int_distribution<int>(batch / 2, batch - 1)(rng);
-        if (!b[c].killed) {
-          late = c;
-          break;
-        }
-        (void)k;
-      }
+      std::vector<int> back;
+      for (int k = batch / 2; k < batch; ++k)
+        if (!b[k].killed) back.push_back(k);
+      const int late = back.empty() ? -1 : back[std::uniform_int_distribution<std::size_t>(0, back.size() - 1)(rng)];
       h.release();
       if (late >= 0) {
         f.kill(b[late].id);
@@ -336,8 +331,12 @@ drain_result drain(const std::string& self, const std::string& lock, int n) {
     }
     sleep_ns(100'000'000);  // let the last ones settle into their wait
     std::vector<sched_counters> before;
+    std::set<std::string> watching;
     for (auto& w : ws) {
-      if (has_inotify(f.pid(w.id))) ++res.with_inotify;
+      if (has_inotify(f.pid(w.id))) {
+        ++res.with_inotify;
+        watching.insert(w.id);
+      }
       before.push_back(read_sched(f.pid(w.id)));
       if (!before.back().ok) throw failure("cannot read /proc/" + std::to_string(f.pid(w.id)));
     }
@@ -356,6 +355,11 @@ drain_result drain(const std::string& self, const std::string& lock, int n) {
     }
     res.drain_ms = double(last - t_release) / 1e6;
     res.order = check_order(ws);
+    std::vector<waiter_run> by_a = ws;
+    std::sort(by_a.begin(), by_a.end(), [](auto& x, auto& y) { return x.a < y.a; });
+    for (std::size_t k = 1; k < by_a.size(); ++k)
+      (watching.count(by_a[k].id) ? res.handoff_watching_ms : res.handoff_polling_ms)
+          .push_back(double(by_a[k].a - by_a[k - 1].r) / 1e6);
   } catch (const std::exception& e) {
     res.error = e.what();
   }

@@ -97,6 +97,9 @@ struct drain_result {
   std::int64_t voluntary_waiting = 0, cpu_waiting_ns = 0;  // the same up to the moment each held
   std::vector<double> whole_cpu_ms;  // each waiter's CPU time over its whole life
   double drain_ms = 0;            // release -> last waiter held
+  // Each handoff (previous holder's r -> next one's a), split by whether the
+  // next one had an inotify descriptor while queued.
+  std::vector<double> handoff_watching_ms, handoff_polling_ms;
   order_result order;
   std::string error;
 };
