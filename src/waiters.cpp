@@ -20,6 +20,9 @@ namespace {
 // ".<pid>-<12 hex>.tmp", so a reader never sees half of one.
 constexpr std::size_t kEntryCap = waiter_entry_cap;
 constexpr std::size_t kMaxEntries = 4096;
+// Directory timestamps are coarser than a millisecond (a kernel tick): a
+// listing is reused only when the directory was last changed longer ago.
+constexpr std::int64_t kSettledMs = 50;
 
 bool entry_name(const std::string& n, bool& temporary) {
   std::string s = n;
@@ -200,7 +203,6 @@ std::unique_ptr<waiter_registration> waiter_registration::add(const std::string&
     reg->file_ = final_name;
     reg->dir_ = std::move(*d);
     reg->parent_ = std::move(*parent);
-    sweep_dead(reg->dir_.get(), reg->file_, reg->shown_);
     return reg;
   }
   return nullptr;
@@ -268,8 +270,21 @@ bool registry_reader::open_dir() {
 std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
   std::vector<queue_entry> out;
   if (!open_dir()) return out;
-  auto names = sys::list_dir(dir_.get(), lock_path_);
-  if (!names) return out;
+  // The names of a directory that has not changed since it settled (its
+  // mtime unchanged, and older than the file system's timestamp
+  // granularity when it was listed) are the names listed then: a flood of
+  // dead entries is listed once, not at every look.
+  auto dst = sys::stat_fd(dir_.get(), lock_path_);
+  if (!dst) return out;
+  if (!(listing_settled_ && dst->id == listing_id_ && dst->mtime_ms == listing_mtime_)) {
+    auto listed = sys::list_dir(dir_.get(), lock_path_);
+    if (!listed) return out;
+    listing_ = std::move(*listed);
+    listing_id_ = dst->id;
+    listing_mtime_ = dst->mtime_ms;
+    listing_settled_ = sys::now_ms() - dst->mtime_ms > kSettledMs;
+  }
+  const std::vector<std::string>* names = &listing_;
   const process_view pv = process_view::real();
   const std::uint64_t my_ns = sys::pid_namespace().value_or(0);
   std::size_t seen = 0;
@@ -285,9 +300,14 @@ std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
       kept[n] = cached->second;
       continue;
     }
-    // A known entry is only probed (one byte read); a new one read whole.
-    auto mb = sys::read_file_at(dir_.get(), n, have ? 0 : kEntryCap, lock_path_, true);
+    // A known entry is only probed (one byte read); a new one read whole,
+    // once it proves to be write-locked.
+    auto mb = sys::read_file_at(dir_.get(), n, have ? 0 : kEntryCap, lock_path_, true, true);
     if (!mb) continue;  // gone meanwhile, or not a file
+    if (!mb->write_locked) {
+      dead_.insert(n);
+      continue;
+    }
     waiter_record r;
     if (have && cached->second.first == mb->st.id) {
       r = cached->second.second;

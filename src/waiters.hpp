@@ -58,8 +58,8 @@ class waiter_registration {
   const std::string& name() const { return file_; }
   // Registers `rec` next to the lock at `lock_path`. Best effort: nullptr
   // when the registry cannot be written (permissions, a foreign file in the
-  // way); waiting goes on unregistered. Also removes entries of this host's
-  // dead waiters, which are the registry's own files.
+  // way); waiting goes on unregistered. Leaving (the destructor) also
+  // removes entries of this host's dead waiters that are this user's.
   static std::unique_ptr<waiter_registration> add(const std::string& lock_path, const waiter_record& rec);
   ~waiter_registration();
   waiter_registration(const waiter_registration&) = delete;
@@ -110,6 +110,10 @@ class registry_reader {
   sys::fd parent_, dir_;
   std::map<std::string, std::pair<sys::file_id, waiter_record>> parsed_;
   std::set<std::string> dead_;
+  std::vector<std::string> listing_;
+  sys::file_id listing_id_;
+  std::int64_t listing_mtime_ = 0;
+  bool listing_settled_ = false;
 };
 
 // Removes the entries of this host's dead waiters from the registry

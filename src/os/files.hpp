@@ -69,9 +69,10 @@ struct file_bytes {
 // without blocking on a FIFO. A non-regular file is EINVAL. With
 // probe_write_lock, also asks (F_OFD_GETLK, nothing taken) whether anyone
 // holds an OFD write lock on it, which only a process that could open the
-// file for writing can take.
+// file for writing can take. With skip_unlocked too, a file nobody
+// write-locks is not read (bytes empty): a queue entry's proof comes first.
 result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown,
-                                bool probe_write_lock = false);
+                                bool probe_write_lock = false, bool skip_unlocked = false);
 
 error mkdir_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown);
 // Creates `name` (must not exist) and writes all of `bytes`.

@@ -74,7 +74,7 @@ result<stat_info> stat_fd(int f, const std::string& shown) {
 }
 
 result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown,
-                                bool probe_write_lock) {
+                                bool probe_write_lock, bool skip_unlocked) {
   // O_NONBLOCK: a FIFO planted as meta.json must not hang the reader.
   int raw = retry([&] {
     return calls.openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
@@ -87,6 +87,7 @@ result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t 
   file_bytes out;
   out.st = *st;
   if (probe_write_lock) out.write_locked = write_locked_elsewhere(f.get());
+  if (probe_write_lock && skip_unlocked && !out.write_locked) return out;
   std::size_t want = cap + 1;
   out.bytes.resize(std::min<std::size_t>(want, static_cast<std::size_t>(st->size) + 4096));
   std::size_t got = 0;

@@ -256,11 +256,12 @@ TEST_CASE("text from meta.json and the waiter registry is escaped at every outpu
              "{\"pid\":" + std::to_string(::getpid()) +
                  ",\"label\":\"w\\nheld by root (pid 1)\\u001b]52;c;ZXZpbA==\\u0007\\u2066x\",\"since\":" +
                  std::to_string(now_ms()) + "}");
-  // Planted by another user where this machine has one.
-  if (other_uid() >= 0) {
-    for (const auto& p : {d.path / ".gpu.lock.waiters", d.path / ".gpu.lock.waiters" / (std::to_string(::getpid()) + "-0123456789ab.json")})
-      REQUIRE(::chown(p.c_str(), static_cast<uid_t>(other_uid()), static_cast<gid_t>(other_uid())) == 0);
-  }
+  // In a registry another user made, where this machine has one (the
+  // entry itself is the waiter's: another user's file naming this process
+  // would not count at all).
+  if (other_uid() >= 0)
+    REQUIRE(::chown((d.path / ".gpu.lock.waiters").c_str(), static_cast<uid_t>(other_uid()),
+                    static_cast<gid_t>(other_uid())) == 0);
   // Held open with the write lock that proves a waiter alive, as a live
   // waiter keeps its entry.
   const int entry_fd = ::open((d.path / ".gpu.lock.waiters" / (std::to_string(::getpid()) + "-0123456789ab.json")).c_str(),
