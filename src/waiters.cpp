@@ -58,8 +58,12 @@ void sweep_dead(int dir, const std::string& keep, const std::string& shown) {
     bool temporary = false;
     if (n == keep || !entry_name(n, temporary) || ++seen > kMaxEntries) continue;
     waiter_record other;
-    // A waiter alive by the pid in its name is not swept: one kill(0) rather
-    // than a read, for every entry a flood may have planted.
+    // Another user's file is not ours to remove (and, in a sticky /tmp, not
+    // removable): one stat, first, for each of a flood another user plants.
+    auto st = sys::stat_at(dir, n, shown);
+    if (!st || st->uid != sys::effective_uid()) continue;
+    // A waiter alive by the pid in its name is not swept: a probe rather
+    // than a read.
     std::int64_t name_pid = 0;
     try {
       name_pid = std::stoll(n.substr(temporary ? 1 : 0, n.find('-')));
@@ -67,10 +71,6 @@ void sweep_dead(int dir, const std::string& keep, const std::string& shown) {
       continue;
     }
     if (sys::probe(name_pid) == sys::liveness::alive) continue;
-    // Another user's file is not ours to remove (and, in a sticky /tmp, not
-    // removable): a stat rather than a read for each of a flood.
-    auto st = sys::stat_at(dir, n, shown);
-    if (!st || st->uid != sys::effective_uid()) continue;
     if (temporary) {
       // Being written: judged by the pid in its name.
       try {
@@ -279,20 +279,28 @@ std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
   if (!(listing_settled_ && dst->id == listing_id_ && dst->mtime_ms == listing_mtime_)) {
     auto listed = sys::list_dir(dir_.get(), lock_path_);
     if (!listed) return out;
-    listing_ = std::move(*listed);
+    listing_.clear();
+    for (auto& n : *listed) {
+      bool temporary = false;
+      if (entry_name(n, temporary) && !temporary && !dead_.count(n)) listing_.push_back(std::move(n));
+    }
     listing_id_ = dst->id;
     listing_mtime_ = dst->mtime_ms;
     listing_settled_ = sys::now_ms() - dst->mtime_ms > kSettledMs;
   }
-  const std::vector<std::string>* names = &listing_;
+  // listing_: the entry names not yet seen dead, in directory order; those
+  // found dead below leave it, so a flood costs each waiter once.
+  std::vector<std::string> names = std::move(listing_);
+  listing_.clear();
   const process_view pv = process_view::real();
   const std::uint64_t my_ns = sys::pid_namespace().value_or(0);
   std::size_t seen = 0;
   std::map<std::string, std::pair<sys::file_id, waiter_record>> kept;
-  for (const auto& n : *names) {
-    bool temporary = false;
-    if (!entry_name(n, temporary) || temporary || dead_.count(n)) continue;
-    if (++seen > kMaxEntries) break;
+  for (auto& n : names) {
+    if (dead_.count(n)) continue;
+    // Kept for the next look unless it turns out dead below.
+    listing_.push_back(n);
+    if (++seen > kMaxEntries) continue;
     auto cached = parsed_.find(n);
     const bool have = cached != parsed_.end();
     // Known to come after `before`: kept, not probed.
@@ -300,12 +308,23 @@ std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
       kept[n] = cached->second;
       continue;
     }
+    // A new name that is no small regular file is no entry: one stat, not
+    // an open, for each of a flood of oversized junk.
+    if (!have) {
+      auto st = sys::stat_at(dir_.get(), n, lock_path_);
+      if (!st || !st->is_regular || st->size > static_cast<std::int64_t>(kEntryCap)) {
+        dead_.insert(n);
+        listing_.pop_back();
+        continue;
+      }
+    }
     // A known entry is only probed (one byte read); a new one read whole,
     // once it proves to be write-locked.
     auto mb = sys::read_file_at(dir_.get(), n, have ? 0 : kEntryCap, lock_path_, true, true);
     if (!mb) continue;  // gone meanwhile, or not a file
     if (!mb->write_locked) {
       dead_.insert(n);
+        listing_.pop_back();
       continue;
     }
     waiter_record r;
@@ -317,6 +336,7 @@ std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
       mb = std::move(again);
       if (mb->truncated || !parse_waiter(mb->bytes, r) || n.compare(0, n.find('-'), std::to_string(r.pid)) != 0) {
         dead_.insert(n);
+        listing_.pop_back();
         continue;
       }
     }
@@ -331,6 +351,7 @@ std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
     if (!mb->write_locked || forged ||
         (!other_ns && !recorded_process_alive({r.pid, r.host, r.boot_id, r.proc_ticks}, pv))) {
       dead_.insert(n);
+        listing_.pop_back();
       continue;
     }
     kept[n] = {mb->st.id, r};
