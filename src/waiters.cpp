@@ -210,9 +210,11 @@ std::unique_ptr<waiter_registration> waiter_registration::add(const std::string&
 
 waiter_registration::~waiter_registration() {
   try {
+    // Only its own entry: leaving is on the way from a wake to the caller
+    // (the handoff), and every acquisition sweeps dead waiters' entries
+    // before it starts (clean_leftovers).
     (void)sys::unlink_at(dir_.get(), file_, false, shown_);
     entry_.reset();
-    sweep_dead(dir_.get(), file_, shown_);
     dir_.reset();
     // Succeeds only when no other entry is left (ENOTEMPTY otherwise).
     (void)sys::unlink_at(parent_.get(), dir_name_, true, shown_);

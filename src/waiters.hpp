@@ -58,8 +58,9 @@ class waiter_registration {
   const std::string& name() const { return file_; }
   // Registers `rec` next to the lock at `lock_path`. Best effort: nullptr
   // when the registry cannot be written (permissions, a foreign file in the
-  // way); waiting goes on unregistered. Leaving (the destructor) also
-  // removes entries of this host's dead waiters that are this user's.
+  // way); waiting goes on unregistered. Entries of this host's dead
+  // waiters (this user's) are swept by sweep_waiters when an acquisition
+  // starts.
   static std::unique_ptr<waiter_registration> add(const std::string& lock_path, const waiter_record& rec);
   ~waiter_registration();
   waiter_registration(const waiter_registration&) = delete;
