@@ -215,6 +215,13 @@ double uniform(double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(rng());
 }
 
+// A queue priority for one stress cycle: batch, normal or interactive, so
+// that the queue's ordering (and passing over) runs under the stress too.
+int any_priority() {
+  const double u = uniform(0.0, 3.0);
+  return u < 1.0 ? -10 : u < 2.0 ? 0 : 10;
+}
+
 // --------------------------------------------------- critical section
 
 struct sentinel {
@@ -417,6 +424,7 @@ int mode_loop(const opts& o) {
     lo.path = s.lock;
     lo.wait = ol::milliseconds(s.wait_ms);
     lo.label = s.tag;
+    lo.priority = any_priority();
     std::string tag = s.tag;
     lo.on_lost = [tag](const ol::error&) { event("L", tag + " lib heartbeat"); };
     auto l = ol::lock::acquire(lo);
@@ -485,7 +493,7 @@ int mode_run_loop(const opts& o) {
       continue;
     }
     std::vector<std::string> argv = {bin, "--lock", s.lock, "--quiet", "run", "--wait", std::to_string(s.wait_ms) + "ms",
-                                     "--busy-exit", std::to_string(kBusyExit), "--label", s.tag, "--"};
+                                     "--priority", std::to_string(any_priority()), "--busy-exit", std::to_string(kBusyExit), "--label", s.tag, "--"};
     argv.insert(argv.end(), cs.begin(), cs.end());
     int code = spawn_wait(argv);
     if (code == 0)
