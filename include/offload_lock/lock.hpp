@@ -35,6 +35,9 @@ struct wait_progress {
   std::vector<info> holders;  // the lock, or each GPU slot waited for, as last seen
   milliseconds waited{0};     // since this acquisition began
   bool changed = false;       // a holder differs from the previous report
+  // This waiter's place in the lock's queue: 1 is next; 0 when unknown (a
+  // wait among several slots, or one that is not queued).
+  int position = 0;
 };
 
 struct lock_options {
