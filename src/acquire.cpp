@@ -52,6 +52,8 @@ result<meta_record> record_for(const lock_options& opt) {
   rec.pid_ns = sys::pid_namespace().value_or(0);
   rec.priority = opt.priority;
   rec.expect_ms = opt.expected.count() > 0 ? opt.expected.count() : 0;
+  // Only the heartbeat thread asks a holder to yield.
+  rec.can_yield = opt.on_yield_request && opt.heartbeat;
   if (auto ps = sys::start_of(rec.pid)) {
     rec.proc_start = ps->epoch_ms;
     rec.proc_ticks = ps->ticks;
@@ -69,7 +71,7 @@ result<meta_record> record_for(const lock_options& opt) {
 // does not queue (one round of a wait among several slots).
 result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& opt, meta_record rec,
                                                   std::int64_t deadline, wait_report* rep, watch_clock* seen_across,
-                                                  queue_place* place) {
+                                                  queue_place* place, const std::string& registry, int slot) {
   const std::string path = t.path;
   const process_view pv = process_view::real();
   const std::int64_t ttl = opt.ttl.count(), grace = opt.grace.count();
@@ -117,6 +119,12 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
       s->pid = rec.pid;
       s->ttl = ttl;
       s->on_lost = opt.on_lost;
+      if (rec.can_yield) {
+        s->on_yield = opt.on_yield_request;
+        s->priority = opt.priority;
+        s->slot = slot;
+        s->registry_path = registry;
+      }
       if (opt.heartbeat) start_heartbeat(s);
       return s;
     }
@@ -159,7 +167,7 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
     // Starting to wait: into the queue, so that whoever comes next waits
     // behind this one.
     if (place) place->join();
-    if (rep) rep->waiting({d->i});
+    if (rep) rep->waiting({d->i}, place && place->joined() ? 1 : 0);
     d->o.dir.reset();
     // At the head of a queue, a lock that cannot be watched is re-checked
     // often: those behind wait for this one.
@@ -174,8 +182,9 @@ result<std::shared_ptr<held_state>> acquire_file(target t, const lock_options& o
 // One slot's lock: the in-process queue (B10), a claim passed down (B11),
 // then the file claim. `queue_base`: the registry (slot 0's path) of the
 // queue this acquisition joins while it waits; null: it does not queue.
-result<lock> acquire_slot(const lock_options& opt, const std::string& path, int gpu, wait_report* rep,
-                          watch_clock* seen = nullptr, const std::string* queue_base = nullptr) {
+result<lock> acquire_slot(const lock_options& opt, const std::string& base, int gpu, wait_report* rep,
+                          watch_clock* seen = nullptr, bool queue = false) {
+  const std::string path = gpu_slot_path(base, gpu);
   // Arrival is when the call began, so a thread that waited behind the
   // other threads of its process keeps its place among other processes.
   const std::int64_t arrived_us = sys::monotonic_us(), arrived_ms = sys::now_ms();
@@ -183,6 +192,7 @@ result<lock> acquire_slot(const lock_options& opt, const std::string& path, int 
   if (!tr) return tr.error();
   auto rec = record_for(opt);
   if (!rec) return rec.error();
+  if (opt.gpus > 1 || opt.gpu >= 0) rec->gpu = gpu;
   const std::int64_t deadline = deadline_for(opt.wait);
 
   auto gate = gate_for(*tr);
@@ -229,11 +239,12 @@ result<lock> acquire_slot(const lock_options& opt, const std::string& path, int 
     }
   }
   std::optional<queue_place> place;
-  if (queue_base) {
-    place.emplace(opt, *queue_base, opt.gpu, opt.gpus, arrived_us, arrived_ms);
+  if (queue) {
+    place.emplace(opt, base, opt.gpu, opt.gpus, arrived_us, arrived_ms);
     if (rep) rep->queued();
   }
-  auto held = acquire_file(std::move(*tr), opt, std::move(*rec), deadline, rep, seen, place ? &*place : nullptr);
+  auto held = acquire_file(std::move(*tr), opt, std::move(*rec), deadline, rep, seen, place ? &*place : nullptr,
+                           base, gpu);
   place.reset();  // out of the queue before anyone is told
   std::lock_guard<std::mutex> guard(gate->mu);
   if (!held) {
@@ -250,10 +261,13 @@ bool slot_allowed(const lock_options& opt, int k) {
   return opt.allowed_gpus.empty() || std::find(opt.allowed_gpus.begin(), opt.allowed_gpus.end(), k) != opt.allowed_gpus.end();
 }
 
-// The first free of N slots (those allowed): each round tries every slot
-// once (wait 0), then waits for a change at any of them, on one watcher for
-// all.
+// The first free of N slots (those allowed), in the queue's order: a slot
+// is tried only when no live waiter ahead of this one would take it (those
+// that leave it free for pass_over_grace_ms passed over). Each round tries
+// every slot once (wait 0), then waits for a change at any of them or in
+// the queue, on one watcher for all.
 result<lock> acquire_any(const lock_options& opt, const std::string& base) {
+  const std::int64_t arrived_us = sys::monotonic_us(), arrived_ms = sys::now_ms();
   const int n = opt.gpus;
   const std::int64_t deadline = deadline_for(opt.wait);
   // Started under one of these slots (B11): try that one first, so the
@@ -267,29 +281,69 @@ result<lock> acquire_any(const lock_options& opt, const std::string& base) {
 
   const auto slots = static_cast<std::size_t>(n);
   wait_report rep(opt, base, -1, n);
+  queue_place place(opt, base, -1, n, arrived_us, arrived_ms);
+  rep.queued();
   std::unique_ptr<sys::watcher> w;
   std::vector<armed_lock> armed(slots);
+  int queue_id = -1;
   // Each slot's watch clock lives across the rounds, so a clock that reads
   // a holder's mtime as in the future cannot stretch its TTL here either.
   std::vector<watch_clock> seen(slots);
+  // Per slot: since when (monotonic) it has looked free with the same
+  // waiters ahead for it; -1 while held or nobody is ahead.
+  std::vector<std::int64_t> free_since(slots, -1);
+  std::vector<std::vector<std::string>> free_ahead(slots);
   const process_view pv = process_view::real();
   churn_guard churn;
   lock_options once = opt;
   once.wait = milliseconds(0);
+  const bool trying = opt.wait.count() <= 0;
   for (;;) {
+    // The soonest a waiter ahead's grace on a free slot runs out; -1: none.
+    std::int64_t grace_left = -1;
     for (int k : order) {
-      auto l = acquire_slot(once, gpu_slot_path(base, k), k, nullptr, &seen[static_cast<std::size_t>(k)]);
+      const auto ks = static_cast<std::size_t>(k);
+      auto ahead = place.ahead_for(k);
+      if (!ahead.empty()) {
+        auto t = open_target(gpu_slot_path(base, k));
+        if (!t) return t.error();
+        auto d = inspect_target(*t, opt.ttl.count(), opt.grace.count(), pv, &seen[ks]);
+        if (!d) return d.error();
+        if (d->o.snap.present && !d->v.stale) {
+          free_since[ks] = -1;
+          continue;  // held: the wait below watches it
+        }
+        std::vector<std::string> names;
+        for (const auto& e : ahead) names.push_back(e.name);
+        const std::int64_t now = sys::monotonic_ms();
+        if (names != free_ahead[ks]) free_since[ks] = -1;
+        if (free_since[ks] < 0) {
+          free_since[ks] = now;
+          free_ahead[ks] = names;
+        }
+        if (now - free_since[ks] < pass_over_grace_ms) {
+          const std::int64_t left = pass_over_grace_ms - (now - free_since[ks]);
+          grace_left = grace_left < 0 ? left : std::min(grace_left, left);
+          continue;  // theirs, for now
+        }
+        for (const auto& e : ahead) place.pass_over(e.rec.pid);
+        free_since[ks] = -1;
+      }
+      auto l = acquire_slot(once, base, k, nullptr, &seen[ks]);
       if (l) return l;
       if (l.error() != errc::busy) return l.error();
     }
-    if (opt.wait.count() <= 0) return error(errc::busy, base);
-    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return error(errc::timed_out, base);
+    if (trying && grace_left < 0) return error(errc::busy, base);
+    if (!trying && deadline >= 0 && sys::monotonic_ms() >= deadline) return error(errc::timed_out, base);
+    // Starting to wait: into the queue, so that whoever comes next waits
+    // behind this one.
+    if (!trying && !place.joined()) place.join();
 
     // Judge every slot and arm the watcher on it; any slot that changed
     // meanwhile means another round at once.
     if (!w) w = std::make_unique<sys::watcher>();
     std::vector<info> holders;
-    std::int64_t timeout = -1;
+    std::int64_t timeout = grace_left;
     bool changed = false;
     for (std::size_t k = 0; k < slots && !changed; ++k) {
       if (!slot_allowed(opt, static_cast<int>(k))) continue;
@@ -298,12 +352,13 @@ result<lock> acquire_any(const lock_options& opt, const std::string& base) {
       auto d = inspect_target(*t, opt.ttl.count(), opt.grace.count(), pv, &seen[k]);
       if (!d) return d.error();
       d->o.dir.reset();
+      const bool free_for_others = !d->o.snap.present && free_since[k] >= 0;
       auto a = d->o.snap.present ? armed[k].arm(*w, *t, d->o.snap, d->v, fallback_poll_ms) : std::nullopt;
-      if (!a) {
+      if (!a && !free_for_others) {
         changed = true;
         break;
       }
-      timeout = timeout < 0 ? *a : std::min(timeout, *a);
+      if (a) timeout = timeout < 0 ? *a : std::min(timeout, *a);
       holders.push_back(d->i);
     }
     if (changed) {
@@ -311,12 +366,26 @@ result<lock> acquire_any(const lock_options& opt, const std::string& base) {
       continue;
     }
     churn.waited();
-    rep.waiting(std::move(holders));
-    if (deadline >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
+    // The queue: a waiter ahead leaving (or dying) may make a slot this
+    // one's. Waits among several slots wake on every change of the queue.
+    if (place.joined() && queue_id < 0) {
+      queue_id = w->watch_entries(place.reader().dir_path());
+      if (queue_id < 0) timeout = timeout < 0 ? fallback_poll_ms : std::min(timeout, fallback_poll_ms);
+    }
+    if (!trying) rep.waiting(std::move(holders));
+    if (deadline >= 0) {
+      const std::int64_t left = std::max<std::int64_t>(0, deadline - sys::monotonic_ms());
+      timeout = timeout < 0 ? left : std::min(timeout, left);
+    }
     std::vector<int> fired;
     const auto why = rep.wait_ticking(timeout, [&](std::int64_t ms) { return w->wait(ms, opt.cancel_fds, &fired); });
     if (why == sys::watcher::wake::extra_fd) return error(errc::cancelled, base);
     for (auto& a : armed) a.woken(fired);
+    // Re-armed next round: the registry may have been removed and made again.
+    if (std::find(fired.begin(), fired.end(), queue_id) != fired.end()) {
+      w->unwatch(queue_id);
+      queue_id = -1;
+    }
   }
 }
 
@@ -340,7 +409,7 @@ result<lock> acquirer::acquire(const lock_options& opt, const std::string& base)
   if (opt.gpus == 1 || opt.gpu >= 0) {
     const int k = std::max(0, opt.gpu);
     wait_report rep(opt, base, opt.gpu, opt.gpus);
-    return acquire_slot(opt, gpu_slot_path(base, k), k, &rep, nullptr, &base);
+    return acquire_slot(opt, base, k, &rep, nullptr, true);
   }
   return acquire_any(opt, base);
 }

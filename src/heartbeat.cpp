@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "meta.hpp"
+#include "queue.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
 #include "os/test_hooks.hpp"
@@ -90,6 +91,40 @@ class heartbeat_service {
     if (s.on_lost) s.on_lost(error(errc::lost, s.t.path));
   }
 
+  // Watches the queue of a holder that can yield: the registry directory,
+  // or while there is none its parent, where a first waiter makes it.
+  static void arm_yield(sys::watcher& watches, held_state& s) {
+    watches.unwatch(s.yield_watch_id);
+    if (!s.yield_reader) s.yield_reader = std::make_unique<registry_reader>(s.registry_path);
+    std::string parent, name;
+    sys::split_path(s.yield_reader->dir_path(), parent, name);
+    s.yield_on_registry = sys::stat_at(s.t.parent.get(), name, s.yield_reader->dir_path()).has_value();
+    s.yield_watch_id = watches.watch_entries(s.yield_on_registry ? s.yield_reader->dir_path() : parent);
+  }
+
+  // Whether a waiter above the holder's priority now waits: then the holder
+  // is asked, once. Re-arms the watch when the registry came or went.
+  void check_yield(sys::watcher& watches, held_state& s) {
+    auto req = first_above(*s.yield_reader, s.slot, s.priority);
+    if (!req) {
+      std::string parent, name;
+      sys::split_path(s.yield_reader->dir_path(), parent, name);
+      const bool on_registry = sys::stat_at(s.t.parent.get(), name, s.yield_reader->dir_path()).has_value();
+      if (on_registry != s.yield_on_registry || s.yield_watch_id < 0) arm_yield(watches, s);
+      return;
+    }
+    watches.unwatch(s.yield_watch_id);
+    s.yield_watch_id = -1;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!s.registered) return;  // released meanwhile
+      s.yield_asked = true;
+    }
+    s.on_yield(*req);
+  }
+
+  static bool wants_yield(const held_state& s) { return s.on_yield && !s.yield_asked; }
+
   void run() {
     sys::watcher watches;
     for (;;) {
@@ -101,6 +136,7 @@ class heartbeat_service {
           held_state& s = **it;
           if (!s.registered) {
             watches.unwatch(s.watch_id);
+            watches.unwatch(s.yield_watch_id);
             it = entries_.erase(it);
             continue;
           }
@@ -109,10 +145,13 @@ class heartbeat_service {
             s.watch_tried = true;
             s.watch_id = watches.watch_lock(s.t.path, false);
             check_now.push_back(*it);  // a loss before the watch existed
+            if (wants_yield(s)) arm_yield(watches, s);
           }
           std::int64_t left = std::max<std::int64_t>(0, s.next_touch - now);
           if (!s.watch_tried) left = std::min(left, std::max<std::int64_t>(0, s.held_since + kWatchAfterMs - now));
           // Without a watch, loss is noticed at the next refresh at the latest.
+          // A queue that cannot be watched is looked at every second.
+          if (s.watch_tried && wants_yield(s) && s.yield_watch_id < 0) left = std::min(left, fallback_poll_ms);
           timeout = timeout < 0 ? left : std::min(timeout, left);
           live.push_back(*it);
           ++it;
@@ -132,6 +171,11 @@ class heartbeat_service {
         const bool suspect = std::find(hit.begin(), hit.end(), s.watch_id) != hit.end() ||
                              std::find(check_now.begin(), check_now.end(), sp) != check_now.end();
         const bool due = now >= s.next_touch;
+        const bool newly_watched = std::find(check_now.begin(), check_now.end(), sp) != check_now.end();
+        if (s.watch_tried && wants_yield(s) &&
+            (newly_watched || s.yield_watch_id < 0 ||
+             std::find(hit.begin(), hit.end(), s.yield_watch_id) != hit.end()))
+          check_yield(watches, s);
         if (!suspect && !due) continue;
         if (!s.still_ours()) {
           report_lost(s);

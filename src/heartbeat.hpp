@@ -5,6 +5,7 @@
 #ifndef OFFLOAD_LOCK_SRC_HEARTBEAT_HPP
 #define OFFLOAD_LOCK_SRC_HEARTBEAT_HPP
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,6 +13,8 @@
 
 #include "lock_dir.hpp"
 #include "offload_lock/error.hpp"
+#include "offload_lock/inspect.hpp"
+#include "waiters.hpp"
 
 namespace offload_lock::detail {
 
@@ -28,10 +31,22 @@ struct held_state {
   std::function<void(const error&)> on_lost;
   bool released = false;
 
+  // Cooperative yield (lock_options::on_yield_request): asked once, when a
+  // live waiter of a higher priority than `priority` queues for slot
+  // `slot` of the lock whose registry is next to `registry_path`.
+  std::function<void(const yield_request&)> on_yield;
+  int priority = 0;
+  int slot = 0;
+  std::string registry_path;
+  std::atomic<bool> yield_asked{false};
+  std::unique_ptr<registry_reader> yield_reader;  // the heartbeat thread's
+
   // Kept by the heartbeat service (under its mutex).
   bool registered = false;
   int watch_id = -1;
   bool watch_tried = false;
+  int yield_watch_id = -1;        // the registry (or, while it is missing, its parent)
+  bool yield_on_registry = false;  // yield_watch_id watches the registry itself
   std::int64_t held_since = 0;  // monotonic ms, when the service took it
   std::int64_t next_touch = 0;
 

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 
+#include "offload_lock/slots.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
+#include "queue.hpp"
 #include "wait.hpp"
 
 namespace offload_lock {
@@ -44,6 +46,7 @@ void fill_info(const snapshot& s, std::int64_t now, info& i) {
     i.expected = milliseconds(*m.expect_ms);
     i.expected_free_in = std::max(milliseconds(0), i.expected - i.held_for);
   }
+  i.can_yield = m.can_yield;
 }
 
 void set_stale(info& i, std::optional<std::string> why) {
@@ -116,6 +119,22 @@ info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {
   if (!d) {
     i.problem = d.error().message();
     return i;
+  }
+  if (d->i.held && d->i.can_yield) {
+    // The queue is slot 0's: a GPU slot's meta.json names the slot, and its
+    // path is slot 0's with the slot's suffix.
+    const auto& m = d->o.snap.meta;
+    int slot = 0;
+    std::string registry = path;
+    if (m.gpu && *m.gpu > 0) {
+      const std::string suffix = gpu_slot_path("", static_cast<int>(*m.gpu));
+      if (path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        slot = static_cast<int>(*m.gpu);
+        registry = path.substr(0, path.size() - suffix.size());
+      }
+    }
+    registry_reader reader(registry);
+    d->i.yield_requested = first_above(reader, slot, d->i.priority);
   }
   return d->i;
 }

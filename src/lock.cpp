@@ -52,6 +52,12 @@ bool lock::still_held() const {
   return !h_->gate->inherited_token.empty();
 }
 
+bool lock::yield_requested() const {
+  if (!h_) return false;
+  std::lock_guard<std::mutex> g(h_->gate->mu);
+  return h_->gate->held && h_->gate->held->yield_asked;
+}
+
 const std::string& lock::path() const { return h_ && h_->gate->held ? h_->gate->held->t.path : kEmpty; }
 const std::string& lock::token() const {
   if (!h_) return kEmpty;

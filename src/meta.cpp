@@ -29,6 +29,8 @@ std::string serialize(const meta_record& m) {
     for (std::size_t k = 0; k < m.passed_over.size() && k < max_passed_over; ++k) p.push_back(m.passed_over[k]);
     j["passedOver"] = std::move(p);
   }
+  if (m.gpu >= 0) j["gpu"] = m.gpu;
+  if (m.can_yield) j["canYield"] = true;
   j["tool"] = std::string("offload-lock/") + OFFLOAD_LOCK_VERSION;
   // replace: a label with invalid UTF-8 is written with U+FFFD, never thrown.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -207,6 +209,11 @@ parsed_meta parse_meta(std::string_view bytes) {
     auto e = integral(*it);
     if (e && *e > 0) m.expect_ms = e;
   }
+  if (auto it = v.find("gpu"); it != v.end()) {
+    auto g = integral(*it);
+    if (g && *g >= 0 && *g < 1024) m.gpu = g;
+  }
+  if (auto it = v.find("canYield"); it != v.end()) m.can_yield = it->is_boolean() && it->get<bool>();
   m.token = string_or_empty(v, "token");
   m.label = string_or_empty(v, "label");
   m.host = string_or_empty(v, "host");

@@ -37,6 +37,8 @@ struct meta_record {
   // still queued, so that those behind it pass them over too (not written
   // when empty).
   std::vector<std::int64_t> passed_over;
+  int gpu = -1;                  // the GPU slot this lock is (written when >= 0)
+  bool can_yield = false;        // lock_options::on_yield_request is set (written when true)
 };
 
 // At most this many passed-over pids are written or read.
@@ -67,6 +69,8 @@ struct parsed_meta {
   std::optional<std::uint64_t> pid_ns;  // "pidNs": the holder's pid namespace
   std::optional<std::int64_t> priority, expect_ms;  // "priority", "expectMs"
   std::vector<std::int64_t> passed_over;            // "passedOver", valid pids only
+  std::optional<std::int64_t> gpu;                  // "gpu": the slot, 0 to 1023
+  bool can_yield = false;                           // "canYield": true
 };
 
 // Never throws, whatever the bytes. Invalid UTF-8 is read as U+FFFD the way

@@ -30,6 +30,9 @@ queue_place::queue_place(const lock_options& opt, std::string registry_path, int
   r.priority = opt.priority;
   r.expect_ms = opt.expected.count() > 0 ? opt.expected.count() : 0;
   r.queued_us = arrived_us;
+  if (gpu < 0 && gpus > 1 && !opt.allowed_gpus.empty() && opt.allowed_gpus.size() <= max_listed_slots)
+    for (int k : opt.allowed_gpus)
+      if (k < gpus) r.slots.push_back(k);
   r.pid_ns = sys::pid_namespace().value_or(0);
 }
 
@@ -39,13 +42,12 @@ void queue_place::join() {
   if (reg_) me_.name = reg_->name();
 }
 
-std::vector<queue_entry> queue_place::ahead() {
+std::vector<queue_entry> queue_place::ahead_for(int slot) {
   std::vector<queue_entry> out;
   if (!opt_.register_waiter) return out;  // not queueing: nobody is ahead
-  const int slot = queue_slot(me_.rec);
   for (auto& e : reader_.live(joined() ? &me_ : nullptr)) {
     if (joined() && (e.name == me_.name || !served_before(e, me_))) break;
-    if (queue_slot(e.rec) != slot || passed_.count(e.rec.pid) || e.rec.pid == me_.rec.pid) continue;
+    if (!accepts(e.rec, slot) || passed_.count(e.rec.pid) || e.rec.pid == me_.rec.pid) continue;
     out.push_back(std::move(e));
   }
   return out;
@@ -59,6 +61,15 @@ std::vector<std::int64_t> queue_place::passed_still_queued() {
         out.size() < max_passed_over)
       out.push_back(e.rec.pid);
   return out;
+}
+
+std::optional<yield_request> first_above(registry_reader& r, int slot, int priority) {
+  for (const auto& e : r.live()) {
+    // In serving order: once one is not above, none after it is.
+    if (e.rec.priority <= priority) break;
+    if (accepts(e.rec, slot)) return yield_request{e.rec.pid, e.rec.label, e.rec.priority};
+  }
+  return std::nullopt;
 }
 
 result<turn> wait_turn(queue_place& place, const target& t, const lock_options& opt, std::int64_t deadline,
@@ -159,7 +170,7 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
       if (!place.reader().present(n)) gone = true;
     }
     if (gone) continue;
-    if (rep && !trying) rep->waiting({d->i});
+    if (rep && !trying) rep->waiting({d->i}, static_cast<int>(ahead.size()) + 1);
     if (deadline >= 0 && !trying) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
     std::vector<int> fired;
     auto once = [&](std::int64_t ms) { return w.wait(ms, opt.cancel_fds, &fired); };

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -42,7 +43,10 @@ class queue_place {
   // The live waiters for the same slot that are served before this one
   // (every live one while not joined), nearest last; those passed over left
   // out.
-  std::vector<queue_entry> ahead();
+  std::vector<queue_entry> ahead() { return ahead_for(queue_slot(me_.rec)); }
+  // The same for slot `slot`, for a wait among several slots: the live
+  // waiters served before this one that would take that slot.
+  std::vector<queue_entry> ahead_for(int slot);
   // From now on the entries of `pid` are not waited for.
   void pass_over(std::int64_t pid) { passed_.insert(pid); }
   // The passed-over pids that still have a live entry in the queue: what a
@@ -60,6 +64,10 @@ class queue_place {
   std::unique_ptr<waiter_registration> reg_;
   std::set<std::int64_t> passed_;
 };
+
+// The first live waiter, in serving order, that would take slot `slot` and
+// has a priority above `priority`: whom a holder that can yield makes way for.
+std::optional<yield_request> first_above(registry_reader& r, int slot, int priority);
 
 enum class turn { mine, busy, timed_out, cancelled };
 

@@ -101,11 +101,12 @@ void wait_report::maybe_register() {
   reg_ = waiter_registration::add(registry_path_, r);
 }
 
-void wait_report::waiting(std::vector<info> now) {
+void wait_report::waiting(std::vector<info> now, int position) {
   maybe_register();
   std::vector<std::string> now_keys;
   now_keys.reserve(now.size());
-  bool changed = now.size() != keys_.size();
+  bool changed = now.size() != keys_.size() || position != position_;
+  position_ = position;
   for (std::size_t k = 0; k < now.size(); ++k) {
     now_keys.push_back(key_of(now[k]));
     if (k >= keys_.size() || keys_[k] != now_keys[k]) {
@@ -132,6 +133,7 @@ void wait_report::report(bool changed) {
     }
   p.waited = milliseconds(now - began_mono_);
   p.changed = changed;
+  p.position = position_;
   opt_.on_progress(p);
 }
 

@@ -106,8 +106,9 @@ class wait_report {
   // The acquisition keeps its own entry in the registry (its place in the
   // queue): this report writes none.
   void queued() { tried_registering_ = true; }
-  // Before each wait, with the holders as just judged.
-  void waiting(std::vector<info> now);
+  // Before each wait, with the holders as just judged, and this waiter's
+  // place in the queue (1: next; 0: unknown).
+  void waiting(std::vector<info> now, int position = 0);
   // Waits with `wait_fn(timeout)` for at most `timeout` (negative: no limit),
   // registering and reporting progress at each tick on the way.
   template <typename F>
@@ -127,6 +128,7 @@ class wait_report {
   bool tried_registering_ = false;
   std::vector<info> holders_;
   std::vector<std::string> keys_;
+  int position_ = 0;
   std::int64_t seen_mono_ = 0, next_tick_ = -1;
 };
 

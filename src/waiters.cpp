@@ -109,6 +109,7 @@ std::string serialize_waiter(const waiter_record& r) {
   j["expectMs"] = r.expect_ms > 0 ? nlohmann::ordered_json(r.expect_ms) : nlohmann::ordered_json();
   j["queuedUs"] = r.queued_us;
   if (r.pid_ns) j["pidNs"] = r.pid_ns;
+  if (!r.slots.empty() && r.slots.size() <= max_listed_slots) j["slots"] = r.slots;
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
@@ -147,6 +148,10 @@ bool parse_waiter(const std::string& bytes, waiter_record& out) {
     out.expect_ms = it->get<std::int64_t>();
   if (auto it = j.find("queuedUs"); it != j.end() && it->is_number_integer()) out.queued_us = it->get<std::int64_t>();
   if (auto it = j.find("pidNs"); it != j.end() && it->is_number_unsigned()) out.pid_ns = it->get<std::uint64_t>();
+  if (auto it = j.find("slots"); it != j.end() && it->is_array() && it->size() <= max_listed_slots)
+    for (const auto& k : *it)
+      if (k.is_number_integer() && k.get<std::int64_t>() >= 0 && k.get<std::int64_t>() < 1024)
+        out.slots.push_back(static_cast<int>(k.get<std::int64_t>()));
   return true;
 }
 
@@ -231,6 +236,11 @@ bool served_before(const queue_entry& a, const queue_entry& b) {
 
 int queue_slot(const waiter_record& r) { return r.gpu >= 0 ? r.gpu : r.gpus == 1 ? 0 : -1; }
 
+bool accepts(const waiter_record& r, int slot) {
+  if (r.gpu >= 0 || r.gpus <= 1) return queue_slot(r) == slot;
+  return slot >= 0 && slot < r.gpus && (r.slots.empty() || std::find(r.slots.begin(), r.slots.end(), slot) != r.slots.end());
+}
+
 registry_reader::registry_reader(const std::string& lock_path) : lock_path_(lock_path) {
   std::string parent, name;
   sys::split_path(lock_path, parent, name);
@@ -312,9 +322,18 @@ bool registry_reader::present(const std::string& name) {
 std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_ms) {
   std::vector<waiter> out;
   registry_reader reader(lock_path);
-  for (auto& e : reader.live()) {
-    const waiter_record& r = e.rec;
+  const auto live = reader.live();
+  for (std::size_t k = 0; k < live.size(); ++k) {
+    const waiter_record& r = live[k].rec;
     waiter w;
+    // 1 + those ahead that would take a slot this one would.
+    w.position = 1;
+    for (std::size_t j = 0; j < k; ++j)
+      for (int s = 0; s < std::max(r.gpus, r.gpu + 1); ++s)
+        if (accepts(r, s) && accepts(live[j].rec, s)) {
+          ++w.position;
+          break;
+        }
     w.pid = r.pid;
     w.label = r.label;
     w.host = r.host;

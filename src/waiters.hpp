@@ -33,7 +33,12 @@ struct waiter_record {
   std::int64_t expect_ms = 0;    // the declared duration; 0: undeclared
   std::int64_t queued_us = 0;    // arrival, monotonic microseconds (sys::monotonic_us)
   std::uint64_t pid_ns = 0;      // the waiter's pid namespace; 0: unknown
+  // A wait among several slots restricted to some of them
+  // (CUDA_VISIBLE_DEVICES): those, at most max_listed_slots; empty: all.
+  std::vector<int> slots;
 };
+
+inline constexpr std::size_t max_listed_slots = 64;
 
 // The largest entry read; anything longer is not an entry.
 inline constexpr std::size_t waiter_entry_cap = 4096;
@@ -77,8 +82,11 @@ struct queue_entry {
 bool served_before(const queue_entry& a, const queue_entry& b);
 
 // The slot an entry waits for: its gpu, slot 0 for a plain lock, -1 for a
-// wait among several slots (not ordered).
+// wait among several slots (see accepts()).
 int queue_slot(const waiter_record& r);
+// Whether the entry's waiter would take slot `slot`: its own slot, or any
+// of the slots it waits among.
+bool accepts(const waiter_record& r, int slot);
 
 // Reads one lock's registry again and again, cheaply: entries seen dead (not
 // write-locked, their process gone, unreadable, too long) are remembered by

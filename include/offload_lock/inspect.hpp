@@ -27,6 +27,14 @@ inline constexpr milliseconds default_grace = std::chrono::seconds(2);
 // One point-in-time view of the lock, as `status` shows it. The strings come
 // from meta.json, which anyone who can write the lock's parent may have
 // written: escape them before a terminal or a parser sees them.
+// A waiter of a higher priority than the holder's, asking it to make way
+// (lock_options::on_yield_request).
+struct yield_request {
+  std::int64_t pid = 0;
+  std::string label;
+  int priority = 0;
+};
+
 struct info {
   std::string path;
   bool present = false;  // something exists at path
@@ -60,6 +68,11 @@ struct info {
   milliseconds expected{0};
   // expected - held_for, at least 0 (overdue); nullopt when undeclared or free.
   std::optional<milliseconds> expected_free_in;
+  // The holder said it can make way (meta.json `canYield`), and the first
+  // live waiter of a higher priority than the holder's, which its holder is
+  // asked to make way for (nullopt: none, or the holder cannot yield).
+  bool can_yield = false;
+  std::optional<yield_request> yield_requested;
   // Set when the lock could not be looked at (for example EACCES on its
   // parent); held is then false and the message names the path and errno.
   std::string problem;

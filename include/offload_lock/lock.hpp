@@ -95,13 +95,21 @@ struct lock_options {
   // ahead that does not claim a free lock within 200 ms (stopped, hung) is
   // passed over. From -100 to 100 (else errc::bad_input); recorded in the
   // entry and in meta.json (`priority`). Threads of one process are served
-  // in the same order. Waits among several slots (gpus > 1, gpu < 0) are
-  // not ordered.
+  // in the same order. A wait among several slots (gpus > 1, gpu < 0) is
+  // in the same queue: a slot that frees goes to the first waiter in order
+  // that would take it.
   int priority = 0;
   // How long the holder expects to keep the lock, for the ETAs others see
   // (meta.json `expectMs`, the waiter's entry); 0: undeclared. Advisory:
   // the lock is not released when it passes.
   milliseconds expected{0};
+  // The holder can make way: called once per hold, on the library's
+  // heartbeat thread, when a waiter of a higher priority than this holder's
+  // queues for the same lock (slot). The holder that yields releases and
+  // acquires again (it queues behind the waiter it made way for). Needs the
+  // heartbeat. Must not throw; keep it short. Recorded in meta.json
+  // (`canYield`), so that `status` shows who asked.
+  std::function<void(const yield_request&)> on_yield_request;
   // Called on the library's heartbeat thread when the lock turns out to
   // have been removed or replaced by someone else: at once (inotify) from
   // the lock's 20th millisecond on, at that moment for a loss before it.
@@ -171,6 +179,11 @@ class OFFLOAD_LOCK_API lock {
   // this object took, with its token? A few system calls; never blocks. Call
   // before an irreversible step.
   bool still_held() const;
+
+  // Whether a waiter of a higher priority than this holder's has asked it
+  // to make way (lock_options::on_yield_request has been called). Never
+  // blocks; false for a lock taken without on_yield_request.
+  bool yield_requested() const;
 
   // Releases: removes the lock directory only if it is still this holder's
   // (same directory inode and token). Never blocks on others. Returns no

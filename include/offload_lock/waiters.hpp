@@ -24,6 +24,9 @@ struct waiter {
   int gpus = 1;            // how many slots it waits among
   int priority = 0;        // lock_options::priority: higher is served first
   milliseconds expected{0};  // its declared duration (lock_options::expected); 0: undeclared
+  // Its place in the queue: 1 + the waiters listed before it that would
+  // take a slot it would take (for a plain lock: its index + 1).
+  int position = 0;
 };
 
 // The processes waiting for the lock at `path` (slot 0's path when there are

@@ -263,6 +263,17 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
         " runs; the GPU is no longer reserved for it" + (term ? "; sending it SIGTERM" : ""));
     if (term) os::terminate(cmd_pid);
   };
+  if (a.yield_signal > 0) {
+    const int sig = a.yield_signal;
+    const bool quiet = a.quiet;
+    // On the heartbeat thread, once per hold.
+    o.on_yield_request = [cmd_name, cmd_pid, sig, quiet](const yield_request& r) {
+      if (!quiet)
+        say(r.label + " (pid " + std::to_string(r.pid) + ", priority " + std::to_string(r.priority) +
+            ") waits with a higher priority; asking " + cmd_name + " to make way with " + os::signal_name(sig));
+      os::send_signal(cmd_pid, sig);
+    };
+  }
   o.cancel_fds = {signals};
   auto l = lock::acquire(o);
   end_waiting_line();

@@ -32,7 +32,8 @@ const std::map<std::string, std::string>& helps() {
        "  processes: pid, name, memoryMiB, holdsLock), slots (one such object per GPU slot) and\n"
        "  waiters (pid, label, host, since, waitedMs, gpu, gpus, position, priority, expectMs,\n"
        "  etaMs), and for the holder priority, expectMs, freeInMs and yieldRequested.\n"
-       "  --watch       redraw whenever the holder or the queue changes, until interrupted\n"
+       "  --watch       redraw whenever the holder or the queue changes, until interrupted; with\n"
+       "                --json, one line per change, each line the --json object\n"
        "  --prometheus  print the node_exporter textfile-collector format instead (exit 0)\n"
        "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
       {"acquire",

@@ -44,31 +44,33 @@ struct board {
   bool multi = false;
 };
 
-// The slot a waiter queues for; -1 for a wait among several (not ordered).
-int queue_slot_of(const waiter& w) { return w.gpu >= 0 ? w.gpu : w.gpus == 1 ? 0 : -1; }
-
 std::optional<milliseconds> free_in(const info& i) {
   if (!i.held) return milliseconds(0);
   return i.expected_free_in;
 }
 
+// The ETA of a waiter for one slot: the holder's expected free time plus
+// the declared durations of those ahead for that slot. A wait among
+// several slots has none (which slot frees first is not declared).
 void place_waiters(board& b, const args& a) {
   b.places.assign(b.waiters.size(), place{});
   for (std::size_t k = 0; k < b.waiters.size(); ++k) {
-    const int slot = queue_slot_of(b.waiters[k]);
-    if (slot < 0) continue;
+    const waiter& w = b.waiters[k];
+    b.places[k].position = w.position;
+    if (w.gpu < 0 && w.gpus > 1) continue;
+    const int slot = std::max(0, w.gpu);
     const info* holder = nullptr;
     for (std::size_t s = 0; s < b.slots.size(); ++s)
       if (slot_of(a, s) == slot) holder = &b.slots[s];
     std::optional<milliseconds> eta = holder ? free_in(*holder) : std::nullopt;
-    int position = 1;
-    for (std::size_t j = 0; j < k; ++j) {
-      if (queue_slot_of(b.waiters[j]) != slot) continue;
-      ++position;
-      if (eta && b.waiters[j].expected.count() > 0) *eta += b.waiters[j].expected;
+    for (std::size_t j = 0; j < k && eta; ++j) {
+      const waiter& o = b.waiters[j];
+      const bool takes_slot = o.gpu >= 0 ? o.gpu == slot : o.gpus > slot;
+      if (!takes_slot) continue;
+      if (o.expected.count() > 0) *eta += o.expected;
       else eta.reset();
     }
-    b.places[k] = {position, eta};
+    b.places[k].eta = eta;
   }
 }
 
@@ -108,6 +110,15 @@ std::string expectation(const info& i) {
   return ", expected free in ~" + describe_duration(i.expected - i.held_for);
 }
 
+// ", yield requested by llm-eval (priority 10)", escaped; nothing when
+// nobody asked.
+std::string yield_text(const info& i) {
+  if (!i.held || !i.yield_requested) return std::string();
+  const auto& y = *i.yield_requested;
+  return printable(", yield requested by " + (y.label.empty() ? "pid " + std::to_string(y.pid) : y.label) +
+                   " (priority " + std::to_string(y.priority) + ")");
+}
+
 std::string waiter_line(const waiter& w, const place& p, bool multi) {
   std::string s = "waiting: " + (w.label.empty() ? std::string("an unnamed process") : w.label) + " (pid " +
                   std::to_string(w.pid);
@@ -126,7 +137,7 @@ std::string render(const board& b, const args& a) {
   std::string out;
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     if (b.multi) out += "gpu" + std::to_string(slot_of(a, k)) + ": ";
-    out += status_line(b.slots[k]) + expectation(b.slots[k]) + "\n";
+    out += status_line(b.slots[k]) + expectation(b.slots[k]) + yield_text(b.slots[k]) + "\n";
     if (b.devices[k]) out += device_text(*b.devices[k]);
   }
   // A waiter's label and host are its own words: escaped like the holder's.
@@ -143,6 +154,12 @@ void add_expectation(ojson& j, const info& i) {
   j["priority"] = i.held ? ojson(i.priority) : ojson();
   j["expectMs"] = i.held && i.expected.count() > 0 ? ojson(i.expected.count()) : ojson();
   j["freeInMs"] = i.held ? ms_or_null(i.expected_free_in) : ojson(0);
+  if (i.held && i.yield_requested)
+    j["yieldRequested"] = {{"pid", i.yield_requested->pid},
+                           {"label", i.yield_requested->label},
+                           {"priority", i.yield_requested->priority}};
+  else
+    j["yieldRequested"] = nullptr;
 }
 
 ojson waiter_json(const waiter& w, const place& p) {
@@ -251,7 +268,9 @@ std::string prometheus(const board& b, const args& a, const std::string& path) {
 // without the durations that change every second.
 std::string shape_of(const board& b) {
   std::string s;
-  for (const auto& i : b.slots) s += i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + (i.held ? "h" : i.present ? "s" : "f") + ";";
+  for (const auto& i : b.slots)
+    s += i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + (i.held ? "h" : i.present ? "s" : "f") + "|" +
+         (i.yield_requested ? std::to_string(i.yield_requested->pid) : "") + ";";
   for (const auto& w : b.waiters) s += std::to_string(w.pid) + "@" + std::to_string(w.since) + ";";
   for (const auto& d : b.devices)
     if (d)
@@ -284,18 +303,27 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
       if (os::take_signal() != 0) break;
     }
     board b = look(a, gpus, path, usage);
-    std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + b.problem + "\n";
     const std::string shape = shape_of(b) + b.problem;
-    if (tty) {
-      if (text != last_text) std::cout << "\x1b[H\x1b[2J" << text << "(watching " << path << "; Ctrl-C ends)" << std::flush;
-    } else if (first || shape != last_shape) {
-      std::cout << (first ? "" : "\n") << text << std::flush;
+    if (a.json) {
+      // A stream: one line per change, each line the --json status object.
+      if (first || shape != last_shape) {
+        ojson j = board_json(b, a);
+        if (!b.problem.empty()) j["error"] = b.problem;
+        std::cout << dump(j) << "\n" << std::flush;
+      }
+    } else {
+      std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + b.problem + "\n";
+      if (tty) {
+        if (text != last_text) std::cout << "\x1b[H\x1b[2J" << text << "(watching " << path << "; Ctrl-C ends)" << std::flush;
+      } else if (first || shape != last_shape) {
+        std::cout << (first ? "" : "\n") << text << std::flush;
+      }
+      last_text = text;
     }
     first = false;
-    last_text = text;
     last_shape = shape;
     std::vector<std::int64_t> pids;
-    std::int64_t timeout = tty ? 1000 : 60'000;
+    std::int64_t timeout = tty && !a.json ? 1000 : 60'000;
     for (const auto& i : b.slots) {
       if (i.held && i.pid) pids.push_back(*i.pid);
       // A held lock turns stale at the TTL; a present, not-held one may be
@@ -309,7 +337,7 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
     if (!dirs_watched || armed == change_watch::processes::unwatched) timeout = std::min<std::int64_t>(timeout, 1000);
     if (!feed.wait(milliseconds(timeout), {signals}) && os::take_signal() != 0) break;
   }
-  if (tty) std::cout << "\n" << std::flush;
+  if (tty && !a.json) std::cout << "\n" << std::flush;
   return exit_ok;
 }
 

@@ -97,6 +97,10 @@ void terminate(std::int64_t pid) {
   if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGTERM);
 }
 
+void send_signal(std::int64_t pid, int sig) {
+  if (pid > 0) ::kill(static_cast<pid_t>(pid), sig);
+}
+
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);

@@ -36,6 +36,8 @@ int wait_for_eof_or_signal();
 // Asks the process to end: kill(pid, SIGTERM); nothing for pid <= 0. Safe
 // from any thread.
 void terminate(std::int64_t pid);
+// kill(pid, sig); nothing for pid <= 0. Safe from any thread.
+void send_signal(std::int64_t pid, int sig);
 
 // Names of signals for messages ("SIGTERM").
 std::string signal_name(int sig);

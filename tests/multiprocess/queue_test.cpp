@@ -5,10 +5,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "offload_lock/offload_lock.hpp"
 #include "support.hpp"
@@ -258,4 +262,211 @@ TEST_CASE("wait-free --within answers at once when the holder declared a longer 
   holder->write_line("go");
   CHECK(holder->wait() == std::optional<int>(0));
   CHECK(run_cli(with_lock(d, {"wait-free", "--wait", "0", "--within", "1"})).code == 0);
+}
+
+namespace {
+
+// `run --yield-signal USR1` holding the lock with a CMD that logs each USR1
+// and exits once `stop` exists.
+std::unique_ptr<child> yielding_holder(const temp_dir& d, const std::string& log, const std::string& stop,
+                                       std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"run", "--label", "batchjob", "--yield-signal", "USR1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  for (const char* a : {"--", "sh", "-c",
+                        "trap 'echo yield >> \"$0\"' USR1; echo held; while [ ! -e \"$1\" ]; do sleep 0.02; done",
+                        log.c_str(), stop.c_str()})
+    args.emplace_back(a);
+  auto c = std::make_unique<child>(cli_exe(), with_lock(d, args));
+  REQUIRE(c->read_line() == std::optional<std::string>("held"));
+  return c;
+}
+
+nlohmann::json status_json(const temp_dir& d) {
+  auto r = run_cli(with_lock(d, {"--json", "status"}));
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("a holder that can yield is asked once, by a waiter of higher priority only", "[multiprocess][queue][cli][yield]") {
+  temp_dir d;
+  const std::string yields = (d.path / "yields").string(), order = (d.path / "order").string(),
+                    stop = (d.path / "stop").string();
+  write_file(yields, "");
+  write_file(order, "");
+  auto holder = yielding_holder(d, yields, stop);
+  // The same priority as the holder's: nobody is asked.
+  auto same = queued_run(d, "same", order);
+  until_queued(d, 1);
+  std::this_thread::sleep_for(300ms);
+  CHECK(read_file(yields).empty());
+  CHECK(status_json(d)["yieldRequested"].is_null());
+
+  auto eval = queued_run(d, "llm-eval", order, {"--priority", "interactive"});
+  REQUIRE(eventually([&] { return read_file(yields) == "yield\n"; }));
+  auto j = status_json(d);
+  CHECK(j["yieldRequested"]["label"] == "llm-eval");
+  CHECK(j["yieldRequested"]["priority"] == 10);
+  CHECK(j["yieldRequested"]["pid"].get<std::int64_t>() > 0);
+  auto text = run_cli(with_lock(d, {"status"}));
+  CHECK_THAT(text.out, Catch::Contains("yield requested by llm-eval (priority 10)"));
+
+  // Asked once per hold, however many more arrive.
+  auto urgent = queued_run(d, "urgent", order, {"--priority", "50"});
+  until_queued(d, 3);
+  std::this_thread::sleep_for(300ms);
+  CHECK(read_file(yields) == "yield\n");
+  // status names the first in line above the holder.
+  CHECK(status_json(d)["yieldRequested"]["label"] == "urgent");
+
+  write_file(stop, "");
+  CHECK(holder->wait(10s) == std::optional<int>(0));
+  for (auto* w : {&urgent, &eval, &same}) CHECK((*w)->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(order) == std::vector<std::string>{"urgent", "llm-eval", "same"});
+}
+
+TEST_CASE("a holder of high priority is not asked to yield to lower ones", "[multiprocess][queue][cli][yield]") {
+  temp_dir d;
+  const std::string yields = (d.path / "yields").string(), order = (d.path / "order").string(),
+                    stop = (d.path / "stop").string();
+  write_file(yields, "");
+  write_file(order, "");
+  auto holder = yielding_holder(d, yields, stop, {"--priority", "20"});
+  auto w = queued_run(d, "eval", order, {"--priority", "10"});
+  until_queued(d, 1);
+  std::this_thread::sleep_for(300ms);
+  CHECK(read_file(yields).empty());
+  auto j = status_json(d);
+  CHECK(j["priority"] == 20);
+  CHECK(j["yieldRequested"].is_null());
+  write_file(stop, "");
+  CHECK(holder->wait(10s) == std::optional<int>(0));
+  CHECK(w->wait(30s) == std::optional<int>(0));
+}
+
+TEST_CASE("the library's on_yield_request is called once and yield_requested() says so", "[multiprocess][queue][yield]") {
+  temp_dir d;
+  const std::string order = (d.path / "order").string();
+  write_file(order, "");
+  std::atomic<int> asked{0};
+  std::mutex mu;
+  offload_lock::yield_request seen;
+  offload_lock::lock_options o;
+  o.path = d.lock();
+  o.priority = -10;
+  o.on_yield_request = [&](const offload_lock::yield_request& r) {
+    std::lock_guard<std::mutex> g(mu);
+    seen = r;
+    ++asked;
+  };
+  auto l = offload_lock::lock::acquire(o);
+  REQUIRE(l);
+  CHECK_FALSE(l->yield_requested());
+  CHECK_THAT(l->meta_json(), Catch::Contains("\"canYield\":true"));
+  auto w = queued_run(d, "normal", order);
+  REQUIRE(eventually([&] { return asked.load() == 1; }));
+  CHECK(l->yield_requested());
+  {
+    std::lock_guard<std::mutex> g(mu);
+    CHECK(seen.label == "normal");
+    CHECK(seen.priority == 0);
+    CHECK(seen.pid > 0);
+  }
+  auto w2 = queued_run(d, "second", order, {"--priority", "5"});
+  until_queued(d, 2);
+  std::this_thread::sleep_for(200ms);
+  CHECK(asked.load() == 1);
+  CHECK_FALSE(l->release());
+  CHECK(w2->wait(30s) == std::optional<int>(0));
+  CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(order) == std::vector<std::string>{"second", "normal"});
+
+  // Without the callback: not recorded, nobody asked.
+  offload_lock::lock_options plain;
+  plain.path = d.lock();
+  plain.priority = -10;
+  auto p = offload_lock::lock::acquire(plain);
+  REQUIRE(p);
+  CHECK(p->meta_json().find("canYield") == std::string::npos);
+  auto w3 = queued_run(d, "third", order);
+  until_queued(d, 1);
+  CHECK(status_json(d)["yieldRequested"].is_null());
+  CHECK_FALSE(p->yield_requested());
+  CHECK_FALSE(p->release());
+  CHECK(w3->wait(30s) == std::optional<int>(0));
+}
+
+TEST_CASE("status --watch --json prints one status object per change, line by line", "[multiprocess][queue][cli][status]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  child watch(cli_exe(), with_lock(d, {"--json", "status", "--watch"}));
+  // Reads lines until one satisfies `pred`; each must parse on its own.
+  auto until = [&](const std::function<bool(const nlohmann::json&)>& pred) {
+    for (int k = 0; k < 50; ++k) {
+      auto line = watch.read_line(10s);
+      REQUIRE(line);
+      auto j = nlohmann::json::parse(*line);  // throws (fails) when a line is not one object
+      REQUIRE(j.is_object());
+      if (pred(j)) return j;
+    }
+    FAIL("no such line");
+    return nlohmann::json();
+  };
+  until([](const nlohmann::json& j) { return j["held"] == false && j["waiters"].empty(); });
+  cli_holder holder(d);
+  until([](const nlohmann::json& j) { return j["held"] == true; });
+  auto w = queued_run(d, "eval", log, {"--priority", "5", "--expect", "2m"});
+  auto q = until([](const nlohmann::json& j) { return j["waiters"].size() == 1; });
+  CHECK(q["waiters"][0]["label"] == "eval");
+  CHECK(q["waiters"][0]["position"] == 1);
+  CHECK(q["waiters"][0]["priority"] == 5);
+  CHECK(q["waiters"][0]["expectMs"] == 120000);
+  holder.release();
+  CHECK(w->wait(30s) == std::optional<int>(0));
+  until([](const nlohmann::json& j) { return j["held"] == false && j["waiters"].empty(); });
+  watch.kill(SIGINT);
+  CHECK(watch.wait(10s) == std::optional<int>(0));
+}
+
+TEST_CASE("waiters among several GPU slots are in the same order as those for one", "[multiprocess][queue][cli][gpu]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  auto hold_slot = [&](int k) {
+    auto c = std::make_unique<child>(
+        cli_exe(), with_lock(d, {"run", "--gpu", std::to_string(k), "--", "sh", "-c", "echo held; read x"}));
+    REQUIRE(c->read_line() == std::optional<std::string>("held"));
+    return c;
+  };
+  auto slot0 = hold_slot(0), slot1 = hold_slot(1);
+  // Each logs its name and the slot it got.
+  auto queued = [&](const std::string& name, std::vector<std::string> which) {
+    std::vector<std::string> args = {"run", "--wait", "60", "--label", name};
+    args.insert(args.end(), which.begin(), which.end());
+    for (const char* a : {"--", "sh", "-c", "echo \"$0 $OFFLOAD_LOCK_GPU\" >> \"$1\"", name.c_str(), log.c_str()})
+      args.emplace_back(a);
+    return std::make_unique<child>(cli_exe(), with_lock(d, args));
+  };
+  std::vector<std::unique_ptr<child>> ws;
+  ws.push_back(queued("any1", {"--gpus", "2"}));
+  until_queued(d, 1);
+  ws.push_back(queued("only1", {"--gpu", "1"}));
+  until_queued(d, 2);
+  ws.push_back(queued("any2", {"--gpus", "2"}));
+  until_queued(d, 3);
+  ws.push_back(queued("only0", {"--gpu", "0"}));
+  until_queued(d, 4);
+  // Slot 0 frees: the first in line that takes slot 0, then the next, and
+  // so on; only1 does not take slot 0 and keeps its place for slot 1.
+  slot0->write_line("go");
+  REQUIRE(slot0->wait() == std::optional<int>(0));
+  REQUIRE(eventually([&] { return lines_of(log).size() == 3; }, 20s));
+  std::this_thread::sleep_for(300ms);
+  CHECK(lines_of(log) == std::vector<std::string>{"any1 0", "any2 0", "only0 0"});
+  slot1->write_line("go");
+  REQUIRE(slot1->wait() == std::optional<int>(0));
+  for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(log) == std::vector<std::string>{"any1 0", "any2 0", "only0 0", "only1 1"});
 }
