@@ -44,11 +44,15 @@ type Waiter struct {
 	// slots).
 	GPUs int
 
-	// Position is the waiter's place in its slot's queue, 1 being next, as
-	// `offload-lock status` numbers it: one more than the waiters before it
-	// in the list that wait for the same slot (GPU, or slot 0 for a plain
-	// lock). 0 for a wait among several slots (GPU -1 with GPUs > 1), which
-	// the queue does not order.
+	// Slots, for a wait among several slots restricted to some of them
+	// (CUDA_VISIBLE_DEVICES), are those slots; nil when it takes any of
+	// GPUs (and for a wait for one slot).
+	Slots []int
+
+	// Position is the waiter's place in the queue, 1 being next, as
+	// offload-lock numbers it: one more than the waiters before it in the
+	// list that would take a slot this one would take (the same GPU, slot 0
+	// for a plain lock, any of the slots a wait among several accepts).
 	Position int
 
 	// Priority is the waiter's priority (-100..100, higher served first;
@@ -72,6 +76,10 @@ const (
 
 	// maxGPUSlots bounds "gpu" (0..maxGPUSlots-1) and "gpus" (1..maxGPUSlots).
 	maxGPUSlots = 1024
+
+	// maxListedSlots is the most "slots" an entry may list; a longer list
+	// is ignored (the wait accepts any of its GPUs).
+	maxListedSlots = 64
 
 	// minPriority and maxPriority bound "priority"; values outside are
 	// clamped to them.
@@ -185,6 +193,7 @@ func Waiters(lockPath string) []Waiter {
 				Waited:   waited,
 				GPU:      rec.gpu,
 				GPUs:     rec.gpus,
+				Slots:    rec.slots,
 				Priority: rec.priority,
 				ExpectMs: rec.expectMs,
 			},
@@ -209,28 +218,48 @@ func Waiters(lockPath string) []Waiter {
 		return a.name < b.name
 	})
 	out := make([]Waiter, len(found))
-	ahead := map[int]int{} // slot -> waiters listed so far for it
-	for i := range found {
-		out[i] = found[i].w
-		if slot := queueSlot(out[i]); slot >= 0 {
-			ahead[slot]++
-			out[i].Position = ahead[slot]
+	for k := range found {
+		out[k] = found[k].w
+		out[k].Position = 1
+		w := &out[k]
+		span := w.GPUs
+		if w.GPU+1 > span {
+			span = w.GPU + 1
+		}
+		for j := 0; j < k; j++ {
+			for slot := 0; slot < span; slot++ {
+				if accepts(*w, slot) && accepts(out[j], slot) {
+					w.Position++
+					break
+				}
+			}
 		}
 	}
 	return out
 }
 
-// queueSlot is the slot w queues for: its GPU, slot 0 for a plain lock, -1
-// for a wait among several slots (not ordered).
-func queueSlot(w Waiter) int {
+// accepts reports whether w would take slot: its GPU, slot 0 for a plain
+// lock, or for a wait among several slots any of its GPUs (of its Slots,
+// when it lists them).
+func accepts(w Waiter, slot int) bool {
 	switch {
 	case w.GPU >= 0:
-		return w.GPU
-	case w.GPUs == 1:
-		return 0
-	default:
-		return -1
+		return w.GPU == slot
+	case w.GPUs <= 1:
+		return slot == 0
 	}
+	if slot < 0 || slot >= w.GPUs {
+		return false
+	}
+	if w.Slots == nil {
+		return true
+	}
+	for _, s := range w.Slots {
+		if s == slot {
+			return true
+		}
+	}
+	return false
 }
 
 // waitersDir returns the registry directory of the lock at lockPath, splitting
@@ -349,6 +378,7 @@ type waiterRecord struct {
 	expectMs  int64
 	queuedUs  int64
 	pidNS     uint64
+	slots     []int
 }
 
 // utf8BOM is skipped at the start of an entry, as offload-lock's JSON parser
@@ -366,7 +396,8 @@ var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 // 0..1023 (null included); gpus 1 unless an integer in 1..1024; priority 0
 // unless an integer, clamped to -100..100; expectMs 0 unless a positive
 // integer; queuedUs 0 unless an integer; pidNs 0 unless a non-negative
-// integer. Integers of 2^63..2^64-1 wrap round to negative values wherever
+// integer; slots nil unless an array of at most 64, keeping its integers in
+// 0..1023. Integers of 2^63..2^64-1 wrap round to negative values wherever
 // a signed one is read, as in offload-lock.
 func parseWaiterRecord(data []byte) (waiterRecord, bool) {
 	data = bytes.TrimPrefix(data, utf8BOM)
@@ -416,6 +447,14 @@ func parseWaiterRecord(data []byte) (waiterRecord, bool) {
 	}
 	if v, ok := rawUint(obj["pidNs"]); ok {
 		r.pidNS = v
+	}
+	var slots []json.RawMessage
+	if json.Unmarshal(obj["slots"], &slots) == nil && len(slots) <= maxListedSlots {
+		for _, raw := range slots {
+			if v, ok := rawInt(raw); ok && v >= 0 && v < maxGPUSlots {
+				r.slots = append(r.slots, int(v))
+			}
+		}
 	}
 	return r, true
 }

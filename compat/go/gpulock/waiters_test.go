@@ -420,7 +420,22 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 			{7, "f", "far", sinceBase, 1, 2},
 			{7, "g", "far", sinceBase, -1, 1},
 			{self, "d", host, sinceBase, -1, 1},
-		}, queue: []qwant{{60, 1, 10, 5000}, {8, 0, 0, 0}, {9, 1, 0, 0}, {40, 2, 0, 0}, {50, 3, 0, 0}, {self, 4, 0, 0}, {7, 2, 0, 0}, {7, 5, 0, 0}, {self, 6, -10, 0}}},
+		}, queue: []qwant{{60, 1, 10, 5000}, {8, 2, 0, 0}, {9, 2, 0, 0}, {40, 3, 0, 0}, {50, 4, 0, 0}, {self, 5, 0, 0}, {7, 3, 0, 0}, {7, 6, 0, 0}, {self, 7, -10, 0}}},
+		// A wait among several slots restricted to some ("slots") is ahead
+		// only of those that would take one of them.
+		{name: "slots restrict a wait among several", files: []file{
+			{name: entryName(1, 1), data: rec{pid: "1", host: "far", gpus: "4", more: `,"queuedUs":1,"slots":[2,3]`}.json()},
+			{name: entryName(2, 2), data: rec{pid: "2", host: "far", gpu: "0", gpus: "4", more: `,"queuedUs":2`}.json()},
+			{name: entryName(3, 3), data: rec{pid: "3", host: "far", gpu: "3", gpus: "4", more: `,"queuedUs":3`}.json()},
+			{name: entryName(4, 4), data: rec{pid: "4", host: "far", gpus: "4", more: `,"queuedUs":4,"slots":[0,"1",1.0,1024,-1]`}.json()},
+			{name: entryName(5, 5), data: rec{pid: "5", host: "far", gpus: "4", more: `,"queuedUs":5,"slots":[]`}.json()},
+			{name: entryName(6, 6), data: rec{pid: "6", host: "far", gpu: "1", gpus: "4", more: `,"queuedUs":6,"slots":[1,2]`}.json()},
+			{name: entryName(7, 7), data: rec{pid: "7", host: "far", gpus: "4", more: `,"queuedUs":7,"slots":[9]`}.json()},
+			{name: entryName(8, 8), data: rec{pid: "8", host: "far", gpus: "2", more: `,"queuedUs":8,"slots":null`}.json()},
+		}, want: []want{
+			{1, "", "far", 0, -1, 4}, {2, "", "far", 0, 0, 4}, {3, "", "far", 0, 3, 4}, {4, "", "far", 0, -1, 4},
+			{5, "", "far", 0, -1, 4}, {6, "", "far", 0, 1, 4}, {7, "", "far", 0, -1, 4}, {8, "", "far", 0, -1, 2},
+		}, queue: []qwant{{1, 1, 0, 0}, {2, 1, 0, 0}, {3, 2, 0, 0}, {4, 2, 0, 0}, {5, 5, 0, 0}, {6, 2, 0, 0}, {7, 1, 0, 0}, {8, 5, 0, 0}}},
 
 		// File types: only regular files are read, never through a link.
 		{name: "symlinked entry", files: []file{{name: entryName(self, 1), link: "../target.json"}}},
