@@ -2,10 +2,13 @@
 #include "offload_lock/offload_lock.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,15 +17,17 @@
 
 namespace {
 
-// What a handle's on_lost reaches. The library may call on_lost on its
-// heartbeat thread at the same moment the handle is released; the mutex
-// lets release wait for a call in progress and switch the relay off, so no
-// call starts after offload_lock_release() returns. Recursive, because the
-// callback may itself release its handle.
-struct lost_relay {
+// What a handle's on_lost and on_yield reach. The library may call them on
+// its heartbeat thread at the same moment the handle is released; the
+// mutex lets release wait for a call in progress and switch the relay off,
+// so no call starts after offload_lock_release() returns. Recursive,
+// because on_lost may itself release its handle.
+struct callback_relay {
   std::recursive_mutex mu;
-  offload_lock_lost_fn fn = nullptr;
-  void* user = nullptr;
+  offload_lock_lost_fn lost = nullptr;
+  void* lost_user = nullptr;
+  offload_lock_yield_fn yield = nullptr;
+  void* yield_user = nullptr;
   bool active = true;
 };
 
@@ -31,7 +36,7 @@ struct lost_relay {
 struct offload_lock_handle {
   offload_lock::lock held;
   std::string path;  // the directory held, also for a lock passed down by the parent
-  std::shared_ptr<lost_relay> relay;
+  std::shared_ptr<callback_relay> relay;
 };
 
 namespace {
@@ -102,13 +107,42 @@ void fill(offload_lock_info_ex& out, const ol::info& i) {
   copy_out(out.v1_stale, sizeof out.v1_stale, i.v1_stale_reason.value_or(""));
 }
 
-int acquire(ol::lock_options o, std::shared_ptr<lost_relay> relay, offload_lock_handle** out, char* message,
+offload_lock_queue_info queue_info_of(const ol::info& i) {
+  offload_lock_queue_info q;
+  std::memset(&q, 0, sizeof q);
+  q.size = sizeof q;
+  q.priority = i.held ? i.priority : 0;
+  q.expect_ms = i.held ? i.expected.count() : 0;
+  q.free_in_ms = i.held && i.expected_free_in ? i.expected_free_in->count() : -1;
+  q.can_yield = i.held && i.can_yield;
+  if (i.held && i.yield_requested) {
+    q.has_yield_request = 1;
+    q.yield_pid = i.yield_requested->pid;
+    q.yield_priority = i.yield_requested->priority;
+    copy_out(q.yield_label, sizeof q.yield_label, i.yield_requested->label);
+  }
+  return q;
+}
+
+// The slot a waiter queues for (its own GPU slot, or the lock for a
+// one-slot wait); -1 for a wait among several slots, which is not ordered.
+// As `offload-lock status` places them (src/cli/status.cpp).
+int queue_slot_of(const ol::waiter& w) { return w.gpu >= 0 ? w.gpu : w.gpus == 1 ? 0 : -1; }
+
+int acquire(ol::lock_options o, std::shared_ptr<callback_relay> relay, offload_lock_handle** out, char* message,
             size_t message_len) {
   if (o.path.empty()) o.path = ol::resolve_path().path;
-  if (relay)
+  if (relay && relay->lost)
     o.on_lost = [relay](const ol::error& e) {
       std::lock_guard<std::recursive_mutex> g(relay->mu);
-      if (relay->active && relay->fn) relay->fn(e.message().c_str(), relay->user);
+      if (relay->active) relay->lost(e.message().c_str(), relay->lost_user);
+    };
+  if (relay && relay->yield)
+    o.on_yield_request = [relay](const ol::yield_request& y) {
+      std::lock_guard<std::recursive_mutex> g(relay->mu);
+      if (!relay->active) return;
+      const offload_lock_yield_request r{y.pid, y.label.c_str(), y.priority};
+      relay->yield(&r, relay->yield_user);
     };
   auto l = ol::lock::acquire(o);
   g_last_errno = 0;
@@ -161,9 +195,16 @@ extern "C" void offload_lock_options_init(offload_lock_options* o) {
   o->cancel_fd = -1;
 }
 
+// Whether a caller's offload_lock_options (of options->size bytes) has
+// `field`: fields added after 0.2 are read only then.
+#define OFFLOAD_LOCK_HAS_FIELD(options, field)                                   \
+  ((options)->size >= offsetof(offload_lock_options, field) + sizeof((options)->field))
+
 extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offload_lock_handle** out,
                                        char* message, size_t message_len) {
-  if (!out || !options || options->size < sizeof(offload_lock_options)) {
+  // 0.2's options end with lost_user; a program built against that header
+  // passes that size and keeps working.
+  if (!out || !options || !OFFLOAD_LOCK_HAS_FIELD(options, lost_user)) {
     copy_out(message, message_len,
              !out ? "offload_lock_acquire_ex: out is NULL"
                   : "offload_lock_acquire_ex: options not set up by offload_lock_options_init");
@@ -175,7 +216,20 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
     copy_out(message, message_len, "offload_lock_acquire_ex: negative ttl_ms or progress_every_ms");
     return OFFLOAD_LOCK_INVALID;
   }
+  const int priority = OFFLOAD_LOCK_HAS_FIELD(options, priority) ? c.priority : 0;
+  const int64_t expect_ms = OFFLOAD_LOCK_HAS_FIELD(options, expect_ms) ? c.expect_ms : 0;
+  const offload_lock_yield_fn on_yield = OFFLOAD_LOCK_HAS_FIELD(options, on_yield) ? c.on_yield : nullptr;
+  void* const yield_user = OFFLOAD_LOCK_HAS_FIELD(options, yield_user) ? c.yield_user : nullptr;
   try {
+    if (priority < -100 || priority > 100) {
+      copy_out(message, message_len,
+               "offload_lock_acquire_ex: priority " + std::to_string(priority) + " (-100 to 100)");
+      return OFFLOAD_LOCK_INVALID;
+    }
+    if (expect_ms < 0) {
+      copy_out(message, message_len, "offload_lock_acquire_ex: negative expect_ms");
+      return OFFLOAD_LOCK_INVALID;
+    }
     ol::lock_options o;
     o.path = path_or_default(c.path);
     o.wait = c.wait_ms < 0 ? ol::wait_forever : ol::milliseconds(c.wait_ms);
@@ -187,6 +241,8 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
     if (c.cancel_fd >= 0) o.cancel_fds.push_back(c.cancel_fd);
     o.inherit = !(c.flags & OFFLOAD_LOCK_NO_INHERIT);
     o.register_waiter = !(c.flags & OFFLOAD_LOCK_NO_REGISTER);
+    o.priority = priority;
+    o.expected = ol::milliseconds(expect_ms);
     if (c.on_progress) {
       o.progress_every = ol::milliseconds(c.progress_every_ms);
       offload_lock_progress_fn fn = c.on_progress;
@@ -194,15 +250,17 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
       o.on_progress = [fn, user](const ol::wait_progress& p) {
         std::vector<offload_lock_info_ex> hs(p.holders.size());
         for (std::size_t k = 0; k < hs.size(); ++k) fill(hs[k], p.holders[k]);
-        offload_lock_progress cp{p.waited.count(), p.changed ? 1 : 0, hs.size(), hs.data()};
+        offload_lock_progress cp{p.waited.count(), p.changed ? 1 : 0, hs.size(), hs.data(), p.position};
         fn(&cp, user);
       };
     }
-    std::shared_ptr<lost_relay> relay;
-    if (c.on_lost) {
-      relay = std::make_shared<lost_relay>();
-      relay->fn = c.on_lost;
-      relay->user = c.lost_user;
+    std::shared_ptr<callback_relay> relay;
+    if (c.on_lost || on_yield) {
+      relay = std::make_shared<callback_relay>();
+      relay->lost = c.on_lost;
+      relay->lost_user = c.lost_user;
+      relay->yield = on_yield;
+      relay->yield_user = yield_user;
     }
     return acquire(std::move(o), std::move(relay), out, message, message_len);
   } catch (const std::exception& ex) {
@@ -243,6 +301,10 @@ extern "C" int offload_lock_still_held(const offload_lock_handle* handle) {
   } catch (const std::exception&) {
     return 0;
   }
+}
+
+extern "C" int offload_lock_yield_requested(const offload_lock_handle* handle) {
+  return handle && handle->held.yield_requested();
 }
 
 extern "C" size_t offload_lock_child_environment(const offload_lock_handle* handle, char* buf, size_t len) {
@@ -318,6 +380,82 @@ extern "C" int offload_lock_waiters(const char* path, offload_lock_waiter* out, 
       w.gpus = ws[k].gpus;
       copy_out(w.label, sizeof w.label, ws[k].label);
       copy_out(w.host, sizeof w.host, ws[k].host);
+    }
+    return OFFLOAD_LOCK_OK;
+  } catch (const std::exception&) {
+    return OFFLOAD_LOCK_ERROR;
+  }
+}
+
+extern "C" int offload_lock_inspect_queue(const char* path, int64_t ttl_ms, offload_lock_info_ex* info,
+                                          offload_lock_queue_info* queue) {
+  if (!queue || queue->size < sizeof(offload_lock_queue_info)) return OFFLOAD_LOCK_INVALID;
+  const std::size_t size = queue->size;
+  try {
+    const std::string p = path_or_default(path);
+    ol::info i = ol::inspect(p, ttl_ms > 0 ? ol::milliseconds(ttl_ms) : ol::default_ttl);
+    if (info) fill(*info, i);
+    // Only the fields this version knows; a later caller's larger struct
+    // keeps its size and zeros beyond.
+    const offload_lock_queue_info q = queue_info_of(i);
+    std::memset(reinterpret_cast<char*>(queue) + sizeof q, 0, size - sizeof q);
+    std::memcpy(queue, &q, sizeof q);
+    queue->size = size;
+    return i.problem.empty() ? OFFLOAD_LOCK_OK : OFFLOAD_LOCK_ERROR;
+  } catch (const std::exception& ex) {
+    if (info) {
+      std::memset(info, 0, sizeof *info);
+      copy_out(info->problem, sizeof info->problem, ex.what());
+    }
+    return OFFLOAD_LOCK_ERROR;
+  }
+}
+
+extern "C" int offload_lock_waiters_ex(const char* path, offload_lock_waiter_ex* out, size_t entry_size, size_t cap,
+                                       size_t* count) {
+  if (!count) return OFFLOAD_LOCK_INVALID;
+  *count = 0;
+  if (out && cap > 0 && entry_size < sizeof(offload_lock_waiter_ex)) return OFFLOAD_LOCK_INVALID;
+  try {
+    const std::string base = path_or_default(path);
+    auto ws = ol::waiters(base);
+    *count = ws.size();
+    // Each slot's holder, looked at once: where its queue starts.
+    std::map<int, std::optional<ol::milliseconds>> free_in;
+    auto holder_free_in = [&](int slot) {
+      auto it = free_in.find(slot);
+      if (it == free_in.end()) {
+        ol::info i = ol::inspect(ol::gpu_slot_path(base, slot));
+        it = free_in.emplace(slot, i.held ? i.expected_free_in : std::optional<ol::milliseconds>(0)).first;
+      }
+      return it->second;
+    };
+    // Per slot: how many are ahead, and the sum of their declared durations
+    // (nullopt once one of them, or the holder, declared nothing).
+    std::map<int, std::pair<int, std::optional<ol::milliseconds>>> ahead;
+    for (std::size_t k = 0; out && k < ws.size() && k < cap; ++k) {
+      auto* w = reinterpret_cast<offload_lock_waiter_ex*>(reinterpret_cast<char*>(out) + k * entry_size);
+      std::memset(w, 0, entry_size);
+      const ol::waiter& src = ws[k];
+      w->waiter.pid = src.pid;
+      w->waiter.since_ms = src.since;
+      w->waiter.waited_ms = src.waited.count();
+      w->waiter.gpu = src.gpu;
+      w->waiter.gpus = src.gpus;
+      copy_out(w->waiter.label, sizeof w->waiter.label, src.label);
+      copy_out(w->waiter.host, sizeof w->waiter.host, src.host);
+      w->priority = src.priority;
+      w->expect_ms = src.expected.count();
+      w->eta_ms = -1;
+      const int slot = queue_slot_of(src);
+      if (slot < 0) continue;
+      auto [it, first] = ahead.try_emplace(slot, 0, std::nullopt);
+      if (first) it->second.second = holder_free_in(slot);
+      auto& [n, eta] = it->second;
+      w->position = ++n;
+      if (eta) w->eta_ms = eta->count();
+      if (eta && src.expected.count() > 0) *eta += src.expected;
+      else eta.reset();
     }
     return OFFLOAD_LOCK_OK;
   } catch (const std::exception&) {

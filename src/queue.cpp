@@ -131,12 +131,17 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
       free_since = now;
       free_ahead = names;
     }
-    // The next in line gives the head a short grace; further back, a free
-    // lock that stays unclaimed for a second per waiter ahead means every
-    // one of them is stuck (the one behind each would have passed it over).
-    const std::int64_t patience = ahead.size() == 1 || trying
-                                      ? pass_over_grace_ms
-                                      : static_cast<std::int64_t>(ahead.size()) * fallback_poll_ms;
+    // Counted by process: the entries of one process are one waiter ahead,
+    // however many it planted. The next in line gives the head a short
+    // grace; further back, a free lock that stays unclaimed for a grace per
+    // process ahead means every one of them is stuck (the one behind each
+    // would have passed it over), and those far back look at the lock only
+    // now and then (a second per process ahead) while it is held.
+    std::set<std::int64_t> procs;
+    for (const auto& e : ahead) procs.insert(e.rec.pid);
+    const auto procs_ahead = static_cast<std::int64_t>(procs.size());
+    const bool next_in_line = procs_ahead == 1 || trying;
+    const std::int64_t patience = next_in_line ? pass_over_grace_ms : procs_ahead * pass_over_grace_ms;
     if (free_since >= 0 && now - free_since >= patience) {
       for (const auto& e : ahead) place.pass_over(e.rec.pid);
       free_since = -1;
@@ -146,14 +151,14 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
     unwatch_own();
     std::int64_t timeout = safety_recheck_ms;
     if (free_since >= 0) timeout = patience - (now - free_since);
-    if (ahead.size() == 1 || trying) {
+    if (next_in_line) {
       if (!available) {
         auto a = armed.arm(w, t, d->o.snap, d->v, queue_poll_ms);
         if (!a) continue;  // changed meanwhile
         timeout = std::min(timeout, *a);
       }
-    } else {
-      timeout = std::min(timeout, patience);
+    } else if (free_since < 0) {
+      timeout = std::min(timeout, procs_ahead * fallback_poll_ms);
     }
     // The one or two waiters just ahead: their leaving (or dying, which
     // closes the entry) is what moves this one up.
@@ -166,7 +171,7 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
       const int id = w.watch_file(place.reader().dir_path() + "/" + n);
       if (id >= 0) files.push_back(id);
       else
-        timeout = std::min({timeout, fallback_poll_ms, queue_poll_ms * static_cast<std::int64_t>(ahead.size())});
+        timeout = std::min({timeout, fallback_poll_ms, queue_poll_ms * procs_ahead});
       if (!place.reader().present(n)) gone = true;
     }
     if (gone) continue;

@@ -301,7 +301,12 @@ std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
     // Another pid namespace's pid cannot be probed from here: its write
     // lock is the proof.
     const bool other_ns = r.pid_ns && my_ns && r.pid_ns != my_ns;
-    if (!mb->write_locked ||
+    // And only a file of the process's own user (or root's) speaks for it:
+    // another user's file naming this process is a forgery.
+    bool forged = false;
+    if (!other_ns && mb->st.uid != 0)
+      if (auto owner = sys::process_uid(r.pid)) forged = *owner != mb->st.uid;
+    if (!mb->write_locked || forged ||
         (!other_ns && !recorded_process_alive({r.pid, r.host, r.boot_id, r.proc_ticks}, pv))) {
       dead_.insert(n);
       continue;

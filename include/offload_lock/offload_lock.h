@@ -102,11 +102,28 @@ typedef struct offload_lock_progress {
   int changed;
   size_t holder_count;
   const offload_lock_info_ex* holders;
+  /* Since 0.3. This waiter's place in the lock's queue: 1 is next; 0 when
+     unknown (a wait among several GPU slots, or one not queued:
+     OFFLOAD_LOCK_NO_REGISTER). The library allocates this struct, so
+     fields are only ever appended. */
+  int position;
 } offload_lock_progress;
 
 typedef void (*offload_lock_progress_fn)(const offload_lock_progress* progress, void* user);
 /* `message` names the lock; valid only during the call. */
 typedef void (*offload_lock_lost_fn)(const char* message, void* user);
+
+/* Passed to offload_lock_options.on_yield: the waiter of a higher priority
+   than the holder's that the holder is asked to make way for. Valid only
+   during the call (`label` included; "" when the waiter has none). The
+   library allocates it, so fields are only ever appended. */
+typedef struct offload_lock_yield_request {
+  int64_t pid;
+  const char* label;
+  int priority;
+} offload_lock_yield_request;
+
+typedef void (*offload_lock_yield_fn)(const offload_lock_yield_request* request, void* user);
 
 /* Flags for offload_lock_options.flags. */
 enum {
@@ -137,6 +154,29 @@ typedef struct offload_lock_options {
      quickly. */
   offload_lock_lost_fn on_lost;
   void* lost_user;
+  /* ---- Since 0.3: read only when `size` covers them, so a program built
+     against 0.2's header (a smaller `size`) gets 0.2's behaviour. ---- */
+  /* The queue: waiters of one lock (or one GPU slot) are served by
+     priority, highest first, then by arrival. -100 to 100 (else
+     OFFLOAD_LOCK_INVALID); default 0. Recorded in the waiter's entry and,
+     for the holder, in meta.json (`priority`). Waits among several GPU
+     slots (gpus > 1, gpu < 0) are not ordered. */
+  int priority;
+  /* How long the holder expects to keep the lock, for the ETAs others see
+     (meta.json `expectMs`); 0: undeclared (the default); negative is
+     OFFLOAD_LOCK_INVALID. Advisory: nothing happens when it passes. */
+  int64_t expect_ms;
+  /* The holder can make way: called once per hold, on the library's
+     heartbeat thread (shared by every lock of the process), when a waiter
+     of a higher priority than this holder's queues for the same lock
+     (slot). Recorded in meta.json (`canYield`) so that status shows who
+     asked. Never called once offload_lock_release() has returned for the
+     handle. Must return quickly and must not release the handle itself:
+     let the thread that holds the lock see it (a flag, or
+     offload_lock_yield_requested()), release, and acquire again (it then
+     queues behind the waiter it made way for). */
+  offload_lock_yield_fn on_yield;
+  void* yield_user;
 } offload_lock_options;
 
 /* Defaults: wait forever, default path, TTL and label, one GPU, no cancel
@@ -165,6 +205,10 @@ int offload_lock_inherited(const offload_lock_handle* handle);    /* 1: the pare
 /* 1 when the lock directory is still the one this handle took (checks the
    file system; call before an irreversible step), 0 otherwise. */
 int offload_lock_still_held(const offload_lock_handle* handle);
+/* 1 once a waiter of a higher priority has asked this holder to make way
+   (offload_lock_options.on_yield has been called), 0 otherwise, and always
+   0 for a lock taken without on_yield. Never blocks. Since 0.3. */
+int offload_lock_yield_requested(const offload_lock_handle* handle);
 /* The environment a child process needs so that its acquisitions of this
    lock pass straight through (OFFLOAD_LOCK_PATH and OFFLOAD_LOCK_TOKEN), as
    "NAME=VALUE" strings each ended by a NUL, written to `buf` when it is large
@@ -182,6 +226,37 @@ size_t offload_lock_default_path(char* buf, size_t len);
    looked at (info->problem says why), OFFLOAD_LOCK_INVALID for NULL info. */
 int offload_lock_inspect_ex(const char* path, int64_t ttl_ms, offload_lock_info_ex* info);
 
+/* What the holder declared and what the queue asks of it, as the top level
+   of `offload-lock --json status` shows it (priority, expectMs, freeInMs,
+   yieldRequested). Since 0.3. A struct of its own rather than fields of
+   offload_lock_info_ex, which has no size field and is passed in arrays
+   (offload_lock_progress.holders): growing it would break programs built
+   against 0.2. Set `size` to sizeof(offload_lock_queue_info) before the
+   call; later versions append fields and write only those `size` covers. */
+typedef struct offload_lock_queue_info {
+  size_t size;
+  int priority;        /* the holder's (meta.json `priority`); 0 when not held */
+  int64_t expect_ms;   /* the holder's declared duration (`expectMs`); 0: undeclared or not held */
+  int64_t free_in_ms;  /* expected free in: expect_ms - held for, 0 when overdue;
+                          -1: unknown (undeclared, or not held) */
+  int can_yield;       /* the holder said it can make way (meta.json `canYield`) */
+  /* The first live waiter of a higher priority than a holder that can
+     yield: the one its holder is asked to make way for. */
+  int has_yield_request;
+  int64_t yield_pid;
+  int yield_priority;
+  char yield_label[1024];
+} offload_lock_queue_info;
+
+/* One inspection of the lock at `path` (as offload_lock_inspect_ex, whose
+   view goes to `info` unless it is NULL) and the queue's view of its holder
+   into `queue`. Never blocks on the lock. OFFLOAD_LOCK_OK;
+   OFFLOAD_LOCK_ERROR when the lock cannot be looked at (info->problem says
+   why); OFFLOAD_LOCK_INVALID for a NULL `queue` or a `queue->size` below
+   0.3's sizeof(offload_lock_queue_info). */
+int offload_lock_inspect_queue(const char* path, int64_t ttl_ms, offload_lock_info_ex* info,
+                               offload_lock_queue_info* queue);
+
 /* One process waiting for the lock, from the waiter registry. */
 typedef struct offload_lock_waiter {
   int64_t pid;
@@ -194,10 +269,40 @@ typedef struct offload_lock_waiter {
 } offload_lock_waiter;
 
 /* The processes waiting for the lock at `path` (NULL or "": the default
-   path), oldest first; dead ones are left out. Writes up to `cap` entries to
+   path), in the order the lock serves them (priority, then arrival; before
+   0.3: arrival); dead ones are left out. Writes up to `cap` entries to
    `out` and the total number into *count. Never blocks. OFFLOAD_LOCK_OK, or
    OFFLOAD_LOCK_INVALID for a NULL count. */
 int offload_lock_waiters(const char* path, offload_lock_waiter* out, size_t cap, size_t* count);
+
+/* A waiter with its place in the queue, as one entry of `offload-lock
+   --json status`'s "waiters". Since 0.3 (offload_lock_waiter is passed in
+   arrays and cannot grow: this is its successor, which grows by
+   offload_lock_waiters_ex's entry_size). */
+typedef struct offload_lock_waiter_ex {
+  offload_lock_waiter waiter;
+  int priority;       /* offload_lock_options.priority: higher is served first */
+  int64_t expect_ms;  /* its declared duration; 0: undeclared */
+  /* 1 is next in its slot's queue (the lock's, or GPU slot K's); 0 for a
+     wait among several slots, which is not ordered. */
+  int position;
+  /* When it should get the lock, from now: the holder's expected free time
+     plus the declared durations of the waiters ahead of it in its slot's
+     queue (0 when the slot is free and it is next); -1: unknown (the
+     holder or one ahead declared nothing, or position is 0). */
+  int64_t eta_ms;
+} offload_lock_waiter_ex;
+
+/* The processes waiting for the lock at `path` (NULL or "": the default
+   path) in the order the lock serves them: priority, then arrival; dead
+   ones are left out. Writes up to `cap` entries to `out`, each
+   `entry_size` bytes apart (pass sizeof(offload_lock_waiter_ex)), and the
+   total number into *count. The holders are inspected with the default
+   TTL for the ETAs. Never blocks. Since 0.3. OFFLOAD_LOCK_OK, or
+   OFFLOAD_LOCK_INVALID for a NULL count or an entry_size below 0.3's
+   sizeof(offload_lock_waiter_ex). */
+int offload_lock_waiters_ex(const char* path, offload_lock_waiter_ex* out, size_t entry_size, size_t cap,
+                            size_t* count);
 
 /* A duration as the command shows it ("850ms", "42s", "5m12s", "2h03m"),
    written to `buf` when it is large enough; returns the bytes needed

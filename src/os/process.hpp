@@ -30,6 +30,10 @@ std::optional<std::uint64_t> pid_namespace();
 bool proc_is_own();
 std::int64_t self_pid();
 std::uint32_t effective_uid();
+// The owner of /proc/<pid> (the process's effective uid, root for one that
+// is not dumpable); nullopt when it cannot be read or /proc is not this
+// namespace's.
+std::optional<std::uint32_t> process_uid(std::int64_t pid);
 std::int64_t parent_pid();
 // /proc/sys/kernel/random/boot_id, read once; empty when unreadable.
 const std::string& boot_id();

@@ -142,6 +142,13 @@ bool proc_is_own() {
 
 std::int64_t self_pid() { return ::getpid(); }
 std::uint32_t effective_uid() { return ::geteuid(); }
+
+std::optional<std::uint32_t> process_uid(std::int64_t pid) {
+  if (pid <= 0 || !proc_is_own()) return std::nullopt;
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0) return std::nullopt;
+  return static_cast<std::uint32_t>(st.st_uid);
+}
 std::int64_t parent_pid() { return ::getppid(); }
 
 const std::string& boot_id() {

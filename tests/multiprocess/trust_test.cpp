@@ -12,6 +12,7 @@
 
 #include <boost/process.hpp>
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -61,11 +62,17 @@ long long time_ms(F f) {
 // and its meta.json (OFD read locks, exclusive flocks) and tries the ones it
 // should not get, prints what it got, then keeps them until stdin ends.
 int child_fork_hold(const std::string& path);
+// plant REGISTRY PID|self COUNT PRIORITY: as another user, makes COUNT queue
+// entries naming PID in the registry directory REGISTRY (made 01777 if
+// missing), each write-locked from this process as a live waiter keeps its
+// own, prints "planted", then keeps them until stdin ends.
+int child_plant(int argc, char** argv);
 
 int child_trust(int argc, char** argv) {
   if (argc < 2) return 2;
   const std::string path = argv[1];
   if (std::string(argv[0]) == "fork-hold") return child_fork_hold(path);
+  if (std::string(argv[0]) == "plant") return child_plant(argc, argv);
   if (std::string(argv[0]) != "forge") return 2;
   struct flock rd {};
   rd.l_type = F_RDLCK;
@@ -82,6 +89,35 @@ int child_trust(int argc, char** argv) {
   std::string line;
   while (std::getline(std::cin, line))
     if (line == "again") std::cout << "meta-read-lock " << (::fcntl(meta, F_OFD_SETLK, &rd) == 0) << std::endl;
+  return 0;
+}
+
+int child_plant(int argc, char** argv) {
+  if (argc < 5) return 2;
+  const std::string dir = argv[1];
+  const std::string pid = std::string(argv[2]) == "self" ? std::to_string(::getpid()) : argv[2];
+  const int count = std::atoi(argv[3]);
+  const std::string priority = argv[4];
+  if (::mkdir(dir.c_str(), 01777) == 0) ::chmod(dir.c_str(), 01777);
+  std::vector<int> fds;
+  for (int k = 0; k < count; ++k) {
+    char id[16];
+    std::snprintf(id, sizeof id, "%012x", k + 0xabc000);
+    const std::string name = dir + "/" + pid + "-" + id + ".json";
+    const int f = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (f < 0) return 1;
+    const std::string body = "{\"pid\":" + pid + ",\"label\":\"planted\",\"since\":1,\"gpu\":null,\"gpus\":1,\"priority\":" +
+                             priority + ",\"queuedUs\":1}\n";
+    if (::write(f, body.data(), body.size()) != static_cast<ssize_t>(body.size())) return 1;
+    struct flock wr {};
+    wr.l_type = F_WRLCK;
+    if (::fcntl(f, F_OFD_SETLK, &wr) != 0) return 1;
+    fds.push_back(f);
+  }
+  std::cout << "planted" << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+  }
   return 0;
 }
 
@@ -349,4 +385,56 @@ TEST_CASE("a holder in another pid namespace: judged by its proof of life, its d
     WARN("a namespaced holder's death was noticed by a waiting process in " << took << " ms");
     holder.wait();
   }
+}
+
+TEST_CASE("queue entries another user plants count for nothing, or for one grace at most", "[multiprocess][trust][queue]") {
+  if (other_uid() < 0) {
+    WARN("needs root and useradd: not run");
+    return;
+  }
+  temp_dir d;
+  ::chmod(d.path.c_str(), 01777);  // like /tmp: anyone may make the registry
+  const std::string registry = (d.path / ".gpu.lock.waiters").string(), log = (d.path / "log").string();
+  write_file(log, "");
+  ::chmod(log.c_str(), 0666);
+  child holder(cli_exe(), with_lock(d, {"run", "--", "sh", "-c", "echo held; read x"}));
+  REQUIRE(holder.read_line() == std::optional<std::string>("held"));
+
+  // Entries naming the holder, a process of another user: forgeries, even
+  // write-locked and at the top priority.
+  auto forger = as_other({self_exe(), "--child", "trust", "plant", registry, std::to_string(holder.pid()), "50", "100"});
+  REQUIRE(forger->read_line() == std::optional<std::string>("planted"));
+  CHECK(ol::waiters(d.lock()).empty());
+  auto js = run_cli(with_lock(d, {"--json", "status"}));
+  CHECK(nlohmann::json::parse(js.out)["waiters"].empty());
+
+  // Entries naming the planter itself: it is alive and keeps them locked,
+  // so they are waiters, ahead of everyone; but it never claims, so the
+  // first waiter behind passes it over after one grace, records that, and
+  // nobody after gives it another.
+  auto planter = as_other({self_exe(), "--child", "trust", "plant", registry, "self", "20", "100"});
+  REQUIRE(planter->read_line() == std::optional<std::string>("planted"));
+  CHECK(ol::waiters(d.lock()).size() == 20);
+  std::vector<std::unique_ptr<child>> ws;
+  for (int k = 0; k < 3; ++k) {
+    ws.push_back(std::make_unique<child>(
+        cli_exe(), with_lock(d, {"run", "--wait", "30", "--label", "w" + std::to_string(k), "--", "sh", "-c",
+                                 "cat \"$OFFLOAD_LOCK_PATH/meta.json\" >> \"$0\"; echo >> \"$0\"", log})));
+    REQUIRE(eventually([&] { return ol::waiters(d.lock()).size() == static_cast<std::size_t>(k + 21); }));
+  }
+  holder.write_line("go");
+  REQUIRE(holder.wait() == std::optional<int>(0));
+  for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
+  const std::string held = read_file(log);
+  CHECK(std::count(held.begin(), held.end(), '\n') == 3);
+  CHECK(held.find("\"label\":\"w0\"") < held.find("\"label\":\"w1\""));
+  CHECK(held.find("\"label\":\"w1\"") < held.find("\"label\":\"w2\""));
+  // Each passed the planter over, and said so for those behind it.
+  const std::string passed = "\"passedOver\":[" + std::to_string(planter->pid()) + "]";
+  CHECK(std::count(held.begin(), held.end(), '[') >= 2);
+  CHECK_THAT(held, Catch::Contains(passed));
+  planter->close_stdin();
+  CHECK(planter->wait() == std::optional<int>(0));
+  forger->close_stdin();
+  CHECK(forger->wait() == std::optional<int>(0));
 }

@@ -25,6 +25,7 @@ from ._lock import (
     lock,
     lock_async,
     parse_duration,
+    parse_priority,
     waiters,
 )
 from ._native import library_path
@@ -42,6 +43,7 @@ __all__ = [
     "lock",
     "lock_async",
     "parse_duration",
+    "parse_priority",
     "waiters",
     "__version__",
 ]

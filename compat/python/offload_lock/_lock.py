@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
+import itertools
 import contextvars
 import ctypes
 import errno as _errno
@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar, Union, cast
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union, cast
 
 from . import _native as N
 
@@ -118,6 +118,43 @@ def parse_duration(value: Duration, *, what: str = "wait", allow_forever: bool =
     return seconds
 
 
+# ---- priority and declared duration ----
+
+PRIORITY_NAMES: Mapping[str, int] = {"batch": -10, "normal": 0, "interactive": 10}
+_INT = re.compile(r"^[+-]?\d+$")
+
+
+def parse_priority(value: Union[None, int, str]) -> int:
+    """A queue priority as the CLI's ``--priority`` takes it: an integer from
+    -100 to 100 (higher is served first), or ``"batch"`` (-10), ``"normal"``
+    (0, also for None) or ``"interactive"`` (10). Anything else raises
+    ``ValueError`` naming the value."""
+    if value is None:
+        return 0
+    n: Optional[int] = None
+    if isinstance(value, str):
+        v = value.strip()
+        if v in PRIORITY_NAMES:
+            return PRIORITY_NAMES[v]
+        if _INT.match(v):
+            n = int(v)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    if n is None or not -100 <= n <= 100:
+        raise ValueError(f"priority: {value!r} (an integer from -100 to 100, or 'batch', 'normal', 'interactive')")
+    return n
+
+
+def _expect_ms(value: Duration) -> int:
+    """A declared duration in milliseconds; 0 for None (undeclared)."""
+    if value is None:
+        return 0
+    seconds = parse_duration(value, what="expect", allow_forever=False)
+    if seconds is None or seconds <= 0 or seconds == float("inf"):
+        raise ValueError(f"expect: {value!r} (a finite duration longer than 0)")
+    return max(1, int(round(seconds * 1000)))
+
+
 # ---- what the C API reports, as dictionaries ----
 
 
@@ -144,12 +181,33 @@ def _info_dict(i: N.InfoEx) -> Dict[str, Any]:
     }
 
 
-def _inspect_one(path: str, ttl_ms: int = 0) -> Dict[str, Any]:
+def _queue_dict(q: N.QueueInfo, held: bool) -> Dict[str, Any]:
+    """The holder's declarations and the queue's request, with the keys and
+    the nulls of `offload-lock --json status`."""
+    y = None
+    if held and q.has_yield_request:
+        y = {"pid": q.yield_pid, "label": _s(q.yield_label), "priority": q.yield_priority}
+    return {
+        "priority": q.priority if held else None,
+        "expectMs": q.expect_ms if held and q.expect_ms > 0 else None,
+        "freeInMs": (q.free_in_ms if q.free_in_ms >= 0 else None) if held else 0,
+        "yieldRequested": y,
+    }
+
+
+def _inspect_both(path: str, ttl_ms: int = 0) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """One inspection: the lock's keys and the queue's keys."""
     info = N.InfoEx()
-    rc = N.inspect_ex(os.fsencode(path), ttl_ms, ctypes.byref(info))
+    q = N.QueueInfo()
+    q.size = ctypes.sizeof(q)
+    rc = N.inspect_queue(os.fsencode(path), ttl_ms, ctypes.byref(info), ctypes.byref(q))
     if rc == N.ERROR:
         raise OSError(_errno.EIO, _s(info.problem), path)
-    return _info_dict(info)
+    return _info_dict(info), _queue_dict(q, bool(info.held))
+
+
+def _inspect_one(path: str, ttl_ms: int = 0) -> Dict[str, Any]:
+    return _inspect_both(path, ttl_ms)[0]
 
 
 def _who(h: Mapping[str, Any]) -> str:
@@ -231,7 +289,8 @@ class _Attempt:
 
 class _Gate:
     """The threads (and asyncio tasks) of this process that want one lock
-    directory take turns here, in arrival order, before the library is asked.
+    directory take turns here before the library is asked, in the lock's
+    order: priority (highest first), then arrival.
 
     The library has such a queue too, but its wait there does not watch the
     cancel descriptor; this one can be left by Ctrl-C (the wait is
@@ -242,7 +301,9 @@ class _Gate:
         self.mu = threading.Lock()
         self.cond = threading.Condition(self.mu)
         self.owner: Optional[object] = None
-        self.queue: collections.deque = collections.deque()
+        # (-priority, arrival, ticket): the smallest is served next.
+        self.queue: List[tuple] = []
+        self.arrivals = itertools.count()
 
     def try_claim(self, who: object) -> bool:
         with self.mu:
@@ -251,20 +312,20 @@ class _Gate:
                 return True
             return False
 
-    def claim(self, who: object, deadline: Optional[float], attempt: Optional[_Attempt]) -> bool:
+    def claim(self, who: object, deadline: Optional[float], attempt: Optional[_Attempt], priority: int = 0) -> bool:
         """Waits for our turn; False when the deadline passed first. Raises
         _Cancelled when the attempt is cancelled."""
-        ticket = object()
         with self.cond:
             if self.owner is None and not self.queue:
                 self.owner = who
                 return True
+            ticket = (-priority, next(self.arrivals), object())
             self.queue.append(ticket)
             try:
                 while True:
                     if attempt is not None and attempt.cancelled:
                         raise _Cancelled("cancelled")
-                    if self.owner is None and self.queue[0] is ticket:
+                    if self.owner is None and min(self.queue) is ticket:
                         self.owner = who
                         return True
                     timeout = None if deadline is None else deadline - time.monotonic()
@@ -328,7 +389,7 @@ class Handle:
     """
 
     __slots__ = (
-        "path", "token", "gpu", "nested", "inherited", "_h", "_pid", "_outer", "_state", "_mu", "_lost_cb",
+        "path", "token", "gpu", "nested", "inherited", "_h", "_pid", "_outer", "_state", "_mu", "_lost_cb", "_yield_cb",
         "_env_saved", "_env_set", "_gate", "_gate_owner", "_owned_set", "_owned_key", "_key", "__weakref__",
     )
 
@@ -344,6 +405,7 @@ class Handle:
         self._state = _HELD
         self._mu = threading.Lock()
         self._lost_cb: Any = None
+        self._yield_cb: Any = None
         self._env_saved: Optional[Dict[str, Optional[str]]] = None
         self._env_set: Optional[Dict[str, str]] = None
         self._gate: Optional[_Gate] = None
@@ -374,6 +436,19 @@ class Handle:
             # A forked child: the lock is its parent's; look, don't touch.
             return _token_holds(self.path, self.token)
         return bool(N.still_held(self._h))
+
+    def yield_requested(self) -> bool:
+        """True once a waiter of a higher priority than this holder's has
+        asked it to make way (``on_yield`` has been called). Always False
+        for a lock taken without ``on_yield``, after release(), and in a
+        process forked from the holder. Never blocks."""
+        if self._state != _HELD:
+            return False
+        if self._outer is not None:
+            return self._outer.yield_requested()
+        if self._h is None or os.getpid() != self._pid:
+            return False
+        return bool(N.yield_requested(self._h))
 
     def release(self) -> bool:
         """Releases the lock if it is still this holder's. Returns True when
@@ -585,17 +660,26 @@ class WaitProgress:
     """What on_progress receives while a lock waits for another process:
     ``waited`` (seconds), ``changed`` (a holder differs from the previous
     report; True for the first), ``holders`` (the lock, or each GPU slot
-    waited for, as dictionaries with the keys of inspect()'s slots)."""
+    waited for, as dictionaries with the keys of inspect()'s slots, less
+    gpu, device and the queue's keys), ``position`` (this waiter's place in
+    the lock's queue, 1 = next; None for a wait among several GPU slots,
+    which is not ordered)."""
 
-    __slots__ = ("waited", "changed", "holders")
+    __slots__ = ("waited", "changed", "holders", "position")
 
-    def __init__(self, waited: float, changed: bool, holders: List[Dict[str, Any]]) -> None:
+    def __init__(
+        self, waited: float, changed: bool, holders: List[Dict[str, Any]], position: Optional[int] = None
+    ) -> None:
         self.waited = waited
         self.changed = changed
         self.holders = holders
+        self.position = position
 
     def __repr__(self) -> str:
-        return f"WaitProgress(waited={self.waited:.3f}, changed={self.changed}, holders={self.holders!r})"
+        return (
+            f"WaitProgress(waited={self.waited:.3f}, changed={self.changed}, position={self.position}, "
+            f"holders={self.holders!r})"
+        )
 
 
 # ---- the lock ----
@@ -679,16 +763,15 @@ class Lock:
         ttl: Duration = None,
         gpus: Optional[Union[int, str]] = None,
         gpu: Optional[int] = None,
-        priority: Optional[int] = None,
-        expect: Optional[float] = None,
+        priority: Union[None, int, str] = None,
+        expect: Duration = None,
         quiet: Optional[bool] = None,
         on_lost: Optional[Callable[[str], None]] = None,
         on_progress: Optional[Callable[[WaitProgress], None]] = None,
+        on_yield: Optional[Callable[[Dict[str, Any]], None]] = None,
     ) -> None:
-        if priority is not None or expect is not None:
-            raise NotImplementedError(
-                "offload_lock: priority= and expect= need the waiting queue, which the library does not have yet"
-            )
+        self.priority = parse_priority(priority)
+        self.expect_ms = _expect_ms(expect)
         self.path = os.fspath(path) if path is not None else None
         if self.path == "":
             raise ValueError("path: empty")
@@ -711,6 +794,7 @@ class Lock:
         self.quiet = quiet
         self.on_lost = on_lost
         self.on_progress = on_progress
+        self.on_yield = on_yield
         self._gate_cache: Optional[tuple] = None
         self._quick_options: Optional[tuple] = None
         self._entered: "contextvars.ContextVar[tuple]" = contextvars.ContextVar(f"offload_lock_entered_{id(self)}", default=())
@@ -746,6 +830,8 @@ class Lock:
         o.gpus = self.gpus
         o.gpu = -1 if self.gpu is None else self.gpu
         o.cancel_fd = cancel_fd
+        o.priority = self.priority
+        o.expect_ms = self.expect_ms
         return o
 
     def _progress(self, o: N.Options, keep: list) -> Optional[_WaitLine]:
@@ -768,7 +854,7 @@ class Lock:
                 if line is not None:
                     line(pr.waited_ms, bool(pr.changed), holders)
                 if user is not None:
-                    user(WaitProgress(pr.waited_ms / 1000.0, bool(pr.changed), holders))
+                    user(WaitProgress(pr.waited_ms / 1000.0, bool(pr.changed), holders, pr.position or None))
             except Exception:
                 pass  # the library's contract: never throw into it
 
@@ -805,10 +891,30 @@ class Lock:
         h._lost_cb = cb
         o.on_lost = cb
 
+    def _yield(self, o: N.Options, h: Handle) -> None:
+        user = self.on_yield
+        if user is None:
+            return
+
+        def asked(r: Any, _u: Any) -> None:
+            # On the library's heartbeat thread, as the contract says: the
+            # callback runs here, so it must be quick and thread-safe.
+            try:
+                req = r.contents
+                user({"pid": req.pid, "label": _s(req.label or b""), "priority": req.priority})
+            except Exception:
+                import traceback
+
+                traceback.print_exc()
+
+        cb = N.YIELD_FN(asked)
+        h._yield_cb = cb  # alive as long as the handle that the library may call it for
+        o.on_yield = cb
+
     def _call(self, base: str, wait_ms: int, cancel_fd: int, progress: bool) -> Handle:
         """One call of the C acquisition on the calling thread."""
         h = Handle()
-        quick = wait_ms == 0 and cancel_fd < 0 and not progress and self.on_lost is None
+        quick = wait_ms == 0 and cancel_fd < 0 and not progress and self.on_lost is None and self.on_yield is None
         cached = self._quick_options
         if quick and cached is not None and cached[0] == base:
             o = cached[1]
@@ -818,6 +924,7 @@ class Lock:
             o = self._options(base, wait_ms, cancel_fd, keep)
             line = self._progress(o, keep) if progress else None
             self._lost(o, h)
+            self._yield(o, h)
             if quick:
                 # Reused by later quick attempts (the fast path of every
                 # uncontended `with`): the struct and the bytes it points to.
@@ -934,7 +1041,7 @@ class Lock:
                     if in_helper:
                         attempt = attempt_factory()
                         attempt.gate = gate
-                    if not gate.claim(placeholder, deadline, attempt):
+                    if not gate.claim(placeholder, deadline, attempt, self.priority):
                         raise Timeout(
                             f"timed out: {slot_key} is {_state_text(_inspect_one(slot_key, self.ttl_ms))}", base
                         )
@@ -1157,11 +1264,12 @@ def lock(
     ttl: Duration = None,
     gpus: Optional[Union[int, str]] = None,
     gpu: Optional[int] = None,
-    priority: Optional[int] = None,
-    expect: Optional[float] = None,
+    priority: Union[None, int, str] = None,
+    expect: Duration = None,
     quiet: Optional[bool] = None,
     on_lost: Optional[Callable[[str], None]] = None,
     on_progress: Optional[Callable[[WaitProgress], None]] = None,
+    on_yield: Optional[Callable[[Dict[str, Any]], None]] = None,
 ) -> Lock:
     """The machine-wide GPU lock, as a context manager and a decorator.
 
@@ -1179,7 +1287,26 @@ def lock(
     waiting for another process, when the holder changes and every second.
     ``on_lost(message)``: called on a thread of its own as soon as someone
     else removes or replaces the lock while it is held.
-    ``priority``, ``expect``: not available yet (NotImplementedError).
+
+    The queue: waiters of one lock (or one GPU slot) are served by
+    ``priority``, highest first, then by arrival, whatever their language
+    (the CLI's ``--priority``, the C++ library, Node, other Python
+    processes, and the threads of this one). ``priority``: an integer from
+    -100 to 100, or ``"batch"`` (-10), ``"normal"`` (0, the default) or
+    ``"interactive"`` (10); anything else raises ValueError. Waits among
+    several GPU slots (``gpus=N`` without ``gpu``) are not ordered.
+    ``expect``: how long the hold should last (seconds, a timedelta or a
+    DUR string), shown to others as ``expectMs`` and used for the ETAs of
+    the waiters behind it; advisory, nothing happens when it passes.
+    ``on_yield(request)``: this holder can make way. Called once per hold
+    when a waiter of a higher priority queues, with that waiter's ``pid``,
+    ``label`` and ``priority`` (a dict); afterwards the Handle's
+    ``yield_requested()`` is True. It runs on the library's heartbeat
+    thread (shared by every lock of the process), so it must return quickly
+    and be thread-safe: set a flag or an Event and let the holder release
+    from its own thread (and take the lock again if it has more to do: it
+    then queues behind the waiter it made way for). Exceptions it raises
+    are printed and otherwise ignored.
 
     Entering blocks until the lock is held, and raises Busy (wait 0),
     Timeout, OSError for system failures, KeyboardInterrupt on Ctrl-C
@@ -1202,6 +1329,7 @@ def lock(
         quiet=quiet,
         on_lost=on_lost,
         on_progress=on_progress,
+        on_yield=on_yield,
     )
 
 
@@ -1213,11 +1341,12 @@ def lock_async(
     ttl: Duration = None,
     gpus: Optional[Union[int, str]] = None,
     gpu: Optional[int] = None,
-    priority: Optional[int] = None,
-    expect: Optional[float] = None,
+    priority: Union[None, int, str] = None,
+    expect: Duration = None,
     quiet: Optional[bool] = None,
     on_lost: Optional[Callable[[str], None]] = None,
     on_progress: Optional[Callable[[WaitProgress], None]] = None,
+    on_yield: Optional[Callable[[Dict[str, Any]], None]] = None,
 ) -> Lock:
     """lock() for ``async with``: the same options and outcomes; the wait
     does not block the event loop, and cancelling the task ends it, leaving
@@ -1234,6 +1363,7 @@ def lock_async(
         quiet=quiet,
         on_lost=on_lost,
         on_progress=on_progress,
+        on_yield=on_yield,
     )
 
 
@@ -1248,31 +1378,43 @@ def default_path() -> str:
 
 
 def waiters(path: Optional[Union[str, "os.PathLike[str]"]] = None) -> List[Dict[str, Any]]:
-    """The processes waiting for the lock, oldest first, as in
-    ``offload-lock --json status``: ``pid``, ``label``, ``host``, ``since``
-    (epoch ms), ``waitedMs``, ``gpu`` (None: any slot), ``gpus``. Dead
-    waiters are left out. Never blocks."""
+    """The processes waiting for the lock in the order it serves them
+    (priority, then arrival), as in ``offload-lock --json status``:
+    ``pid``, ``label``, ``host``, ``since`` (epoch ms), ``waitedMs``,
+    ``gpu`` (None: any slot), ``gpus``, ``position`` (1 = next in its
+    slot's queue; None for a wait among several slots, which is not
+    ordered), ``priority``, ``expectMs`` (None: undeclared) and ``etaMs``
+    (the holder's expected free time plus the declared durations ahead of
+    it; None as soon as one of them is undeclared). Dead waiters are left
+    out. Never blocks."""
     p = os.fsencode(os.fspath(path)) if path is not None else None
     count = ctypes.c_size_t(0)
     n = 16
     while True:
-        arr = (N.Waiter * n)()
-        N.waiters(p, arr, n, ctypes.byref(count))
+        arr = (N.WaiterEx * n)()
+        N.waiters_ex(p, arr, ctypes.sizeof(N.WaiterEx), n, ctypes.byref(count))
         if count.value <= n:
             break
         n = count.value + 8
-    return [
-        {
-            "pid": w.pid,
-            "label": _s(w.label) or None,
-            "host": _s(w.host) or None,
-            "since": w.since_ms,
-            "waitedMs": w.waited_ms,
-            "gpu": w.gpu if w.gpu >= 0 else None,
-            "gpus": w.gpus,
-        }
-        for w in arr[: count.value]
-    ]
+    out = []
+    for e in arr[: count.value]:
+        w = e.waiter
+        out.append(
+            {
+                "pid": w.pid,
+                "label": _s(w.label) or None,
+                "host": _s(w.host) or None,
+                "since": w.since_ms,
+                "waitedMs": w.waited_ms,
+                "gpu": w.gpu if w.gpu >= 0 else None,
+                "gpus": w.gpus,
+                "position": e.position or None,
+                "priority": e.priority,
+                "expectMs": e.expect_ms or None,
+                "etaMs": e.eta_ms if e.eta_ms >= 0 else None,
+            }
+        )
+    return out
 
 
 def _slot_count(base: str, ws: List[Dict[str, Any]]) -> int:
@@ -1298,8 +1440,14 @@ def inspect(path: Optional[Union[str, "os.PathLike[str]"]] = None, *, ttl: Durat
     --json status``: slot 0's ``path``, ``held``, ``pid``, ``startedAt``,
     ``heldForMs``, ``label``, ``host``, ``token``, ``stale`` (None, or why a
     present lock is not held), ``ownerUid``, ``v1Stale``, ``otherPidNamespace``,
-    ``gpu``, ``device`` (always None: nvidia-smi's view is the CLI's); ``slots`` (one such
-    dictionary per GPU slot that exists) and ``waiters`` (see waiters()).
+    ``gpu``, ``device`` (always None: nvidia-smi's view is the CLI's),
+    ``priority`` (the holder's; None when not held), ``expectMs`` (its
+    declared duration, None when undeclared), ``freeInMs`` (when it expects
+    to be done: 0 when overdue or free, None when unknown),
+    ``yieldRequested`` (None, or the ``pid``, ``label`` and ``priority`` of
+    the waiter a holder that can yield is asked to make way for); ``slots``
+    (one such dictionary per GPU slot that exists) and ``waiters`` (see
+    waiters(), in serving order).
     Unknown values are None. Changes nothing; never blocks on the lock.
     Raises OSError when the lock cannot be looked at."""
     base = os.fspath(path) if path is not None else default_path()
@@ -1308,11 +1456,12 @@ def inspect(path: Optional[Union[str, "os.PathLike[str]"]] = None, *, ttl: Durat
     ws = waiters(base)
     slots = []
     for k in range(_slot_count(base, ws)):
-        d = _inspect_one(_gpu_slot_path(base, k), ttl_ms)
+        d, q = _inspect_both(_gpu_slot_path(base, k), ttl_ms)
         d["gpu"] = k
         # What nvidia-smi says of the GPU is the command's (`offload-lock
         # status`); the library does not run it, so it is None here.
         d["device"] = None
+        d.update(q)
         slots.append(d)
     top = dict(slots[0])
     top["slots"] = slots

@@ -62,11 +62,35 @@ class Progress(ctypes.Structure):
         ("changed", ctypes.c_int),
         ("holder_count", ctypes.c_size_t),
         ("holders", ctypes.POINTER(InfoEx)),
+        ("position", ctypes.c_int),
+    ]
+
+
+class YieldRequest(ctypes.Structure):
+    _fields_ = [
+        ("pid", ctypes.c_int64),
+        ("label", ctypes.c_char_p),
+        ("priority", ctypes.c_int),
+    ]
+
+
+class QueueInfo(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("priority", ctypes.c_int),
+        ("expect_ms", ctypes.c_int64),
+        ("free_in_ms", ctypes.c_int64),
+        ("can_yield", ctypes.c_int),
+        ("has_yield_request", ctypes.c_int),
+        ("yield_pid", ctypes.c_int64),
+        ("yield_priority", ctypes.c_int),
+        ("yield_label", ctypes.c_char * 1024),
     ]
 
 
 PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(Progress), ctypes.c_void_p)
 LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p)
+YIELD_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(YieldRequest), ctypes.c_void_p)
 
 
 class Options(ctypes.Structure):
@@ -85,6 +109,10 @@ class Options(ctypes.Structure):
         ("progress_user", ctypes.c_void_p),
         ("on_lost", LOST_FN),
         ("lost_user", ctypes.c_void_p),
+        ("priority", ctypes.c_int),
+        ("expect_ms", ctypes.c_int64),
+        ("on_yield", YIELD_FN),
+        ("yield_user", ctypes.c_void_p),
     ]
 
 
@@ -97,6 +125,16 @@ class Waiter(ctypes.Structure):
         ("gpus", ctypes.c_int),
         ("label", ctypes.c_char * 1024),
         ("host", ctypes.c_char * 256),
+    ]
+
+
+class WaiterEx(ctypes.Structure):
+    _fields_ = [
+        ("waiter", Waiter),
+        ("priority", ctypes.c_int),
+        ("expect_ms", ctypes.c_int64),
+        ("position", ctypes.c_int),
+        ("eta_ms", ctypes.c_int64),
     ]
 
 
@@ -155,12 +193,17 @@ gpu = _fn("offload_lock_gpu", ctypes.c_int, _H)
 nested = _fn("offload_lock_nested", ctypes.c_int, _H)
 inherited = _fn("offload_lock_inherited", ctypes.c_int, _H)
 still_held = _fn("offload_lock_still_held", ctypes.c_int, _H)
+yield_requested = _fn("offload_lock_yield_requested", ctypes.c_int, _H)
 child_environment = _fn("offload_lock_child_environment", ctypes.c_size_t, _H, ctypes.c_char_p, ctypes.c_size_t)
 default_path = _fn("offload_lock_default_path", ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
 inspect_ex = _fn("offload_lock_inspect_ex", ctypes.c_int, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(InfoEx))
-waiters = _fn(
-    "offload_lock_waiters", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(Waiter), ctypes.c_size_t,
-    ctypes.POINTER(ctypes.c_size_t),
+inspect_queue = _fn(
+    "offload_lock_inspect_queue", ctypes.c_int, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(InfoEx),
+    ctypes.POINTER(QueueInfo),
+)
+waiters_ex = _fn(
+    "offload_lock_waiters_ex", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(WaiterEx), ctypes.c_size_t,
+    ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
 )
 last_errno = _fn("offload_lock_last_errno", ctypes.c_int)
 version = _fn("offload_lock_version", ctypes.c_char_p)

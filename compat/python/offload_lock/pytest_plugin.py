@@ -7,7 +7,9 @@ CLI, the C++ library, the Node runners and anything else that takes the
 same lock. Unmarked tests are left alone and run in parallel as usual.
 
 - ``@pytest.mark.gpu`` takes lock() keyword arguments too:
-  ``@pytest.mark.gpu(gpus=2)``, ``@pytest.mark.gpu(gpu=1)``.
+  ``@pytest.mark.gpu(gpus=2)``, ``@pytest.mark.gpu(gpu=1)``, and a place in
+  the machine's queue: ``@pytest.mark.gpu(priority="interactive",
+  expect=30)`` is served before batch jobs waiting for the GPU.
 - The ``gpu_lock`` fixture holds the lock for one test and gives its
   Handle (``gpu_lock.gpu`` is the slot held); in a marked test it is the
   marker's lock, passed straight through.

@@ -331,10 +331,17 @@ def _try(fn):
 
 
 def test_options_are_checked():
-    with pytest.raises(NotImplementedError):
-        offload_lock.lock(priority=1)
-    with pytest.raises(NotImplementedError):
-        offload_lock.lock(expect=60)
+    for bad in (101, -101, "urgent", 1.5, True, "10.5"):
+        with pytest.raises(ValueError, match="priority") as e:
+            offload_lock.lock(priority=bad)
+        assert repr(bad) in str(e.value)
+    for bad in (0, -1, "soon", "forever"):
+        with pytest.raises(ValueError, match="expect"):
+            offload_lock.lock(expect=bad)
+    pr = offload_lock.parse_priority
+    assert (pr(None), pr("batch"), pr("normal"), pr("interactive"), pr(-100), pr("100"), pr(" 7")) == (
+        0, -10, 0, 10, -100, 100, 7
+    )
     with pytest.raises(ValueError):
         offload_lock.lock(wait=-1)
     with pytest.raises(ValueError):
