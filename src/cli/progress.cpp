@@ -45,9 +45,9 @@ ojson holder_json(const info& i) {
   return j;
 }
 
-// One line of the stream. ASCII only: every control character, and every
-// non-ASCII one (C1 controls, bidi overrides), reaches the reader as a JSON
-// escape, so the line can be shown on a terminal as it is.
+// One line of the stream. Printable ASCII only: every control character,
+// and every non-ASCII one (C1 controls, bidi overrides), reaches the reader
+// as a JSON escape, so the line can be shown on a terminal as it is.
 std::string progress_line(const wait_progress& p) {
   ojson j;
   j["event"] = "waiting";
@@ -57,6 +57,7 @@ std::string progress_line(const wait_progress& p) {
   ojson hs = ojson::array();
   for (const auto& h : p.holders) hs.push_back(holder_json(h));
   j["holders"] = std::move(hs);
+  // ensure_ascii: DEL and everything above it escaped too.
   return j.dump(-1, ' ', true, ojson::error_handler_t::replace) + "\n";
 }
 

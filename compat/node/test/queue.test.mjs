@@ -200,7 +200,7 @@ test('onProgress reports the holder, the time waited and the queue position', T,
 
 test('the --json progress stream is one JSON object per line, with no raw control characters', T, async (t) => {
   const lock = path.join(tempDir(t, 'ol-queue-'), 'gpu.lock');
-  const label = 'evil\x1b[2J\r\u202e\u0085label';
+  const label = 'evil\x1b[2J\r\x7f\u202e\u0085label';
   const holder = await acquireGpuLock({ lockPath: lock, waitMs: 0, label });
   t.after(() => holder.release());
   const waiter = spawnTracked(findBinary(), ['--lock', lock, '--json', 'hold', '--wait', '5s', '--remind', '100ms'], { t });
