@@ -124,11 +124,6 @@ offload_lock_queue_info queue_info_of(const ol::info& i) {
   return q;
 }
 
-// The slot a waiter queues for (its own GPU slot, or the lock for a
-// one-slot wait); -1 for a wait among several slots, which is not ordered.
-// As `offload-lock status` places them (src/cli/status.cpp).
-int queue_slot_of(const ol::waiter& w) { return w.gpu >= 0 ? w.gpu : w.gpus == 1 ? 0 : -1; }
-
 int acquire(ol::lock_options o, std::shared_ptr<callback_relay> relay, offload_lock_handle** out, char* message,
             size_t message_len) {
   if (o.path.empty()) o.path = ol::resolve_path().path;
@@ -420,19 +415,6 @@ extern "C" int offload_lock_waiters_ex(const char* path, offload_lock_waiter_ex*
     const std::string base = path_or_default(path);
     auto ws = ol::waiters(base);
     *count = ws.size();
-    // Each slot's holder, looked at once: where its queue starts.
-    std::map<int, std::optional<ol::milliseconds>> free_in;
-    auto holder_free_in = [&](int slot) {
-      auto it = free_in.find(slot);
-      if (it == free_in.end()) {
-        ol::info i = ol::inspect(ol::gpu_slot_path(base, slot));
-        it = free_in.emplace(slot, i.held ? i.expected_free_in : std::optional<ol::milliseconds>(0)).first;
-      }
-      return it->second;
-    };
-    // Per slot: how many are ahead, and the sum of their declared durations
-    // (nullopt once one of them, or the holder, declared nothing).
-    std::map<int, std::pair<int, std::optional<ol::milliseconds>>> ahead;
     for (std::size_t k = 0; out && k < ws.size() && k < cap; ++k) {
       auto* w = reinterpret_cast<offload_lock_waiter_ex*>(reinterpret_cast<char*>(out) + k * entry_size);
       std::memset(w, 0, entry_size);
@@ -446,16 +428,8 @@ extern "C" int offload_lock_waiters_ex(const char* path, offload_lock_waiter_ex*
       copy_out(w->waiter.host, sizeof w->waiter.host, src.host);
       w->priority = src.priority;
       w->expect_ms = src.expected.count();
-      w->eta_ms = -1;
-      const int slot = queue_slot_of(src);
-      if (slot < 0) continue;
-      auto [it, first] = ahead.try_emplace(slot, 0, std::nullopt);
-      if (first) it->second.second = holder_free_in(slot);
-      auto& [n, eta] = it->second;
-      w->position = ++n;
-      if (eta) w->eta_ms = eta->count();
-      if (eta && src.expected.count() > 0) *eta += src.expected;
-      else eta.reset();
+      w->position = src.position;
+      w->eta_ms = src.eta ? src.eta->count() : -1;
     }
     return OFFLOAD_LOCK_OK;
   } catch (const std::exception&) {

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "judge.hpp"
+#include "offload_lock/inspect.hpp"
+#include "offload_lock/slots.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
 
@@ -328,6 +330,8 @@ std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_
   std::vector<waiter> out;
   registry_reader reader(lock_path);
   const auto live = reader.live();
+  // Each slot's holder, looked at once: where its queue starts.
+  std::map<int, std::optional<milliseconds>> free_in;
   for (std::size_t k = 0; k < live.size(); ++k) {
     const waiter_record& r = live[k].rec;
     waiter w;
@@ -350,6 +354,20 @@ std::vector<waiter> read_waiters(const std::string& lock_path, std::int64_t now_
     w.gpus = r.gpus;
     w.priority = r.priority;
     w.expected = milliseconds(r.expect_ms);
+    if (r.gpu >= 0 || r.gpus <= 1) {
+      const int slot = std::max(0, r.gpu);
+      auto it = free_in.find(slot);
+      if (it == free_in.end()) {
+        const info i = inspect(gpu_slot_path(lock_path, slot));
+        it = free_in.emplace(slot, i.held ? i.expected_free_in : std::optional<milliseconds>(0)).first;
+      }
+      w.eta = it->second;
+      for (std::size_t j = 0; j < k && w.eta; ++j)
+        if (accepts(live[j].rec, slot)) {
+          if (live[j].rec.expect_ms > 0) *w.eta += milliseconds(live[j].rec.expect_ms);
+          else w.eta.reset();
+        }
+    }
     out.push_back(std::move(w));
   }
   return out;

@@ -283,13 +283,13 @@ typedef struct offload_lock_waiter_ex {
   offload_lock_waiter waiter;
   int priority;       /* offload_lock_options.priority: higher is served first */
   int64_t expect_ms;  /* its declared duration; 0: undeclared */
-  /* 1 is next in its slot's queue (the lock's, or GPU slot K's); 0 for a
-     wait among several slots, which is not ordered. */
+  /* 1 + the waiters ahead of it that would take a slot it would take
+     (1: next). */
   int position;
   /* When it should get the lock, from now: the holder's expected free time
-     plus the declared durations of the waiters ahead of it in its slot's
-     queue (0 when the slot is free and it is next); -1: unknown (the
-     holder or one ahead declared nothing, or position is 0). */
+     plus the declared durations of the waiters ahead of it that would take
+     its slot (0 when the slot is free and it is next); -1: unknown (the
+     holder or one ahead declared nothing, or a wait among several slots). */
   int64_t eta_ms;
 } offload_lock_waiter_ex;
 

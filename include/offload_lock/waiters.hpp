@@ -5,6 +5,7 @@
 #define OFFLOAD_LOCK_WAITERS_HPP
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ struct waiter {
   // Its place in the queue: 1 + the waiters listed before it that would
   // take a slot it would take (for a plain lock: its index + 1).
   int position = 0;
+  // When it should hold the lock: the holder's expected free time (0 when
+  // free) plus the declared durations of the waiters ahead that would take
+  // its slot; nullopt once one of them (or the holder) declared nothing,
+  // and for a wait among several slots.
+  std::optional<milliseconds> eta;
 };
 
 // The processes waiting for the lock at `path` (slot 0's path when there are

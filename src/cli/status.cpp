@@ -44,34 +44,10 @@ struct board {
   bool multi = false;
 };
 
-std::optional<milliseconds> free_in(const info& i) {
-  if (!i.held) return milliseconds(0);
-  return i.expected_free_in;
-}
-
-// The ETA of a waiter for one slot: the holder's expected free time plus
-// the declared durations of those ahead for that slot. A wait among
-// several slots has none (which slot frees first is not declared).
-void place_waiters(board& b, const args& a) {
+// Each waiter's position and ETA, as the library gives them.
+void place_waiters(board& b) {
   b.places.assign(b.waiters.size(), place{});
-  for (std::size_t k = 0; k < b.waiters.size(); ++k) {
-    const waiter& w = b.waiters[k];
-    b.places[k].position = w.position;
-    if (w.gpu < 0 && w.gpus > 1) continue;
-    const int slot = std::max(0, w.gpu);
-    const info* holder = nullptr;
-    for (std::size_t s = 0; s < b.slots.size(); ++s)
-      if (slot_of(a, s) == slot) holder = &b.slots[s];
-    std::optional<milliseconds> eta = holder ? free_in(*holder) : std::nullopt;
-    for (std::size_t j = 0; j < k && eta; ++j) {
-      const waiter& o = b.waiters[j];
-      const bool takes_slot = o.gpu >= 0 ? o.gpu == slot : o.gpus > slot;
-      if (!takes_slot) continue;
-      if (o.expected.count() > 0) *eta += o.expected;
-      else eta.reset();
-    }
-    b.places[k].eta = eta;
-  }
+  for (std::size_t k = 0; k < b.waiters.size(); ++k) b.places[k] = {b.waiters[k].position, b.waiters[k].eta};
 }
 
 // `usage`: what nvidia-smi last said about the GPUs (nullopt: nothing).
@@ -99,7 +75,7 @@ board look(const args& a, const gpu_plan& gpus, const std::string& path,
     b.waiters.erase(std::remove_if(b.waiters.begin(), b.waiters.end(),
                                    [&](const waiter& w) { return w.gpu >= 0 && w.gpu != a.gpu; }),
                     b.waiters.end());
-  place_waiters(b, a);
+  place_waiters(b);
   return b;
 }
 

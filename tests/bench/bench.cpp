@@ -11,6 +11,8 @@
 //   4 crash takeover: holder SIGKILLed -> waiter holds
 //   5 idle cost of a waiter while nobody releases
 //   6 throughput and fairness of N contending processes
+//   7 the ordered queue: order, wakeups per handoff, junk entries, v1
+//     runners barging, handoff behind a queue
 // It prints tables, the targets held / not held, and writes JSON.
 #include <fcntl.h>
 #include <signal.h>
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "offload_lock/lock.hpp"
+#include "queue_bench.hpp"
 #include "util.hpp"
 
 namespace ol = offload_lock;
@@ -76,6 +79,22 @@ struct sizes {
 };
 constexpr sizes kFull{9, 1000, 20000, 5000, 1000, 100, 40, 400, 400, 150, 30, 100, 60, 200, 20, 10, 5000};
 constexpr sizes kQuick{5, 200, 5000, 1000, 200, 20, 6, 60, 60, 20, 4, 20, 10, 30, 3, 2, 1000};
+
+// Section 7 (the queue): its own sizes, since the goals it reports name
+// their scales (1,000 handoffs, 10/100/200 waiters, 5,000 junk entries).
+struct queue_sizes {
+  int fifo_handoffs, fifo_batch;  // handoffs in all, waiters per batch
+  int junk_entries, junk_waiters;
+  int v1_ms;                      // v1 barging window
+  int ho_rounds, ho_single;       // handoffs behind 10 queued, single-waiter rounds
+};
+constexpr queue_sizes kQueueFull{1000, 25, 5000, 10, 20000, 300, 200};
+constexpr queue_sizes kQueueQuick{100, 12, 5000, 10, 3000, 40, 40};
+constexpr int kHerdSizes[] = {10, 100, 200};
+constexpr int kArrivalGapMs = 5;
+constexpr int kV1Runners = 4, kV1QueueDepth = 4, kV1HoldMs = 10;
+constexpr int kQueuedDepth = 10;
+constexpr uid_t kJunkUid = 65534;  // nobody
 
 // Delay between "the waiter is waiting" and the release, drawn uniformly so
 // the release falls at a random phase of a polling waiter's cycle.
@@ -192,6 +211,7 @@ class benchmark {
   void crash();
   void idle();
   void throughput();
+  void queue();
   void targets();
 
   handoff_stats rounds(const std::string& name, int n, int lo, int hi, const std::function<void()>& hold,
@@ -210,6 +230,14 @@ class benchmark {
   double lib_us_ = kNaN, v1_cycle_us_ = kNaN;
   std::optional<handoff_stats> ho_lib_, ho_cli_, crash_lib_;
   std::optional<idle_stats> idle_lib_, idle_cli_;
+  // Section 7.
+  std::optional<qbench::fifo_result> q_fifo_;
+  std::vector<std::pair<int, qbench::drain_result>> q_herd_;
+  std::optional<qbench::drain_result> q_junk_, q_junk_base_;
+  std::optional<qbench::plant_result> q_plant_;
+  std::optional<qbench::barging_result> q_v1_;
+  std::optional<qbench::queued_handoff_result> q_ho_;
+  std::optional<handoff_stats> q_single_;
 };
 
 // ---- section 1 ----
@@ -1002,6 +1030,267 @@ void benchmark::throughput() {
   out_["throughput"] = {{"rows", j}};
 }
 
+// ---- section 7 ----
+
+namespace {
+
+json order_json(const qbench::order_result& o) {
+  return {{"inversions", o.inversions}, {"priority_violations", o.priority_violations}, {"overlaps", o.overlaps}};
+}
+
+std::string order_text(const qbench::order_result& o) {
+  return std::to_string(o.inversions) + " inversions, " + std::to_string(o.priority_violations) +
+         " priority violations, " + std::to_string(o.overlaps) + " overlapping holds";
+}
+
+}  // namespace
+
+void benchmark::queue() {
+  const queue_sizes q = cfg_.quick ? kQueueQuick : kQueueFull;
+  const int inotify_limit = qbench::inotify_instance_limit();
+  print("\n7. The ordered queue: offload-lock waiters are separate processes (offload-lock-bench --child q-waiter,\n"
+        "   lock::acquire); the queue forms behind this process holding the lock. Per-user inotify instance limit\n"
+        "   (/proc/sys/fs/inotify/max_user_instances): " +
+        (inotify_limit < 0 ? std::string("unknown") : std::to_string(inotify_limit)) +
+        "; waiters beyond it cannot watch and poll instead (other processes of this user count too).\n");
+  json jq;
+  jq["inotify_max_user_instances"] = inotify_limit < 0 ? json() : json(inotify_limit);
+
+  // FIFO.
+  print("\n   a) FIFO: batches of " + std::to_string(q.fifo_batch) + " waiters queue behind the holder, arrivals ≥ " +
+        std::to_string(kArrivalGapMs) + " ms apart (each is waiting before the next starts), every 5th at priority 10;\n"
+        "      about 1 in 8 SIGKILLed while queued and one more right after the release; goal: 0 inversions\n");
+  q_fifo_ = qbench::fifo(cfg_.self, fresh("q-fifo") + "/gpu.lock", q.fifo_handoffs, q.fifo_batch, kArrivalGapMs, rng_);
+  {
+    const auto& r = *q_fifo_;
+    table t{{"handoffs", "waiters", "batches", "killed queued", "killed draining", "prio 10 served", "min gap ms",
+             "inversions", "prio violations", "overlaps", "s"},
+            {}};
+    t.rows.push_back({std::to_string(r.handoffs), std::to_string(r.waiters), std::to_string(r.batches),
+                      std::to_string(r.killed_queued), std::to_string(r.killed_draining),
+                      std::to_string(r.high_priority), fmt(r.min_arrival_gap_ms, 2), std::to_string(r.order.inversions),
+                      std::to_string(r.order.priority_violations), std::to_string(r.order.overlaps),
+                      fmt(r.seconds, 1)});
+    print(t.render());
+    if (!r.error.empty()) print("  error: " + r.error + "\n");
+    jq["fifo"] = {{"handoffs", r.handoffs},
+                  {"waiters", r.waiters},
+                  {"batches", r.batches},
+                  {"killed_while_queued", r.killed_queued},
+                  {"killed_while_draining", r.killed_draining},
+                  {"priority_10_served", r.high_priority},
+                  {"min_arrival_gap_ms", round3(r.min_arrival_gap_ms)},
+                  {"order", order_json(r.order)},
+                  {"seconds", round3(r.seconds)}};
+    if (!r.error.empty()) jq["fifo"]["error"] = r.error;
+  }
+
+  // Herd-free.
+  print("\n   b) Herd-free: N waiters queued one after another, then released and drained (each holds and releases\n"
+        "      at once); wakeups = voluntary context switches summed over every waiter from just before the release\n"
+        "      to its exit (every thread, /proc then getrusage), CPU the same; \"until held\": only up to the moment\n"
+        "      each waiter held (its own acquire-to-exit left out); handoffs = N; handoff p50 split by whether the\n"
+        "      waiter taking the lock could watch (inotify) or had to poll;\n"
+        "      goals: ≤ 3 wakeups per handoff, CPU per handoff at 200 ≤ 2× at 10\n");
+  q_herd_.clear();
+  for (int n : kHerdSizes) q_herd_.push_back({n, qbench::drain(cfg_.self, fresh("q-herd-" + std::to_string(n)) + "/gpu.lock", n)});
+  double cpu10 = kNaN;
+  {
+    table t{{"waiters", "watching (inotify)", "wakeups", "per handoff", "until held", "CPU ms", "CPU ms per handoff",
+             "until held", "vs 10", "drain ms", "handoff p50 ms watching", "polling", "inversions"},
+            {}};
+    json rows = json::array();
+    for (auto& [n, r] : q_herd_) {
+      json jr{{"waiters", n}};
+      if (!r.error.empty()) {
+        t.rows.push_back({std::to_string(n), "error: " + r.error});
+        jr["error"] = r.error;
+        rows.push_back(jr);
+        continue;
+      }
+      const double per = double(r.voluntary) / n, cpu_per = double(r.cpu_ns) / 1e6 / n;
+      const double per_w = double(r.voluntary_waiting) / n, cpu_per_w = double(r.cpu_waiting_ns) / 1e6 / n;
+      if (n == 10) cpu10 = cpu_per;
+      t.rows.push_back({std::to_string(n), std::to_string(r.with_inotify) + "/" + std::to_string(n),
+                        std::to_string(r.voluntary), fmt(per, 2), fmt(per_w, 2), fmt(double(r.cpu_ns) / 1e6, 1),
+                        fmt(cpu_per, 3), fmt(cpu_per_w, 3), ratio(cpu_per, cpu10), fmt(r.drain_ms, 1),
+                        r.handoff_watching_ms.empty() ? "" : fmt(summarize(r.handoff_watching_ms).p50, 3),
+                        r.handoff_polling_ms.empty() ? "" : fmt(summarize(r.handoff_polling_ms).p50, 3),
+                        std::to_string(r.order.inversions)});
+      if (!r.handoff_watching_ms.empty())
+        jr["handoff_ms_p50_watching"] = round3(summarize(r.handoff_watching_ms).p50);
+      if (!r.handoff_polling_ms.empty()) {
+        jr["handoff_ms_p50_polling"] = round3(summarize(r.handoff_polling_ms).p50);
+        jr["handoffs_polling"] = r.handoff_polling_ms.size();
+      }
+      jr["wakeups_per_handoff_until_held"] = round3(per_w);
+      jr["cpu_ms_per_handoff_until_held"] = round3(cpu_per_w);
+      jr["with_inotify"] = r.with_inotify;
+      jr["voluntary_switches"] = r.voluntary;
+      jr["wakeups_per_handoff"] = round3(per);
+      jr["cpu_ms"] = round3(double(r.cpu_ns) / 1e6);
+      jr["cpu_ms_per_handoff"] = round3(cpu_per);
+      jr["cpu_per_handoff_ratio_to_10"] = num(round3(cpu_per / cpu10));
+      jr["drain_ms"] = round3(r.drain_ms);
+      jr["order"] = order_json(r.order);
+      rows.push_back(jr);
+    }
+    print(t.render());
+    jq["herd"] = rows;
+  }
+
+  // Junk flood.
+  print("\n   c) Junk flood: " + std::to_string(q.junk_entries) +
+        " entries planted in the lock's waiter registry (half 60 KiB garbage, half well-formed entries claiming\n"
+        "      priority 100 and the earliest arrival for live pids that do not wait; none write-locked), then " +
+        std::to_string(q.junk_waiters) + " waiters queue and drain;\n"
+        "      CPU = each waiter's whole process (start-up included); the same waiters without junk for comparison;\n"
+        "      goal: ≤ 50 ms of CPU per waiter in all\n");
+  {
+    const std::string lock = fresh("q-junk") + "/gpu.lock";
+    // The planting user must reach the registry: the run's directory is
+    // made 0700 by mkdtemp.
+    ::chmod(tmp_.c_str(), 0711);
+    q_plant_ = qbench::plant_junk(cfg_.self, lock, q.junk_entries, kJunkUid, "mix");
+    if (q_plant_->error.empty()) q_junk_ = qbench::drain(cfg_.self, lock, q.junk_waiters);
+    q_junk_base_ = qbench::drain(cfg_.self, fresh("q-junk-base") + "/gpu.lock", q.junk_waiters);
+    // Diagnostics (full run): each kind of junk on its own, half as many.
+    std::vector<std::pair<std::string, qbench::drain_result>> kinds;
+    if (!cfg_.quick && q_plant_->error.empty())
+      for (std::string kind : {"big", "forged"}) {
+        const std::string l = fresh("q-junk-" + kind) + "/gpu.lock";
+        auto p = qbench::plant_junk(cfg_.self, l, q.junk_entries / 2, kJunkUid, kind);
+        qbench::drain_result d;
+        if (p.error.empty()) d = qbench::drain(cfg_.self, l, q.junk_waiters);
+        else d.error = p.error;
+        kinds.push_back({"(diagnostic) " + std::to_string(q.junk_entries / 2) +
+                             (kind == "big" ? " 60 KiB garbage only" : " forged entries only"),
+                         d});
+      }
+    const auto& p = *q_plant_;
+    if (!p.error.empty()) print("  planting failed: " + p.error + "\n");
+    else
+      print("  planted " + std::to_string(p.planted) + " files as uid " + std::to_string(p.uid) +
+            (p.other_user ? " (another user than the waiters)"
+                          : " (the waiters' own user: not running as root, so no other user to plant as)") +
+            "\n");
+    table t{{"registry", "waiters", "CPU ms median", "max", "drain ms", "inversions"}, {}};
+    json rows = json::array();
+    auto row = [&](const std::string& name, const std::optional<qbench::drain_result>& r) {
+      json jr{{"registry", name}};
+      if (!r) return;
+      if (!r->error.empty()) {
+        t.rows.push_back({name, "error: " + r->error});
+        jr["error"] = r->error;
+      } else {
+        summary s = summarize(r->whole_cpu_ms);
+        t.rows.push_back({name, std::to_string(r->waiters), fmt(s.median, 2), fmt(s.max, 2), fmt(r->drain_ms, 1),
+                          std::to_string(r->order.inversions)});
+        jr["waiters"] = r->waiters;
+        jr["cpu_ms_per_waiter_median"] = round3(s.median);
+        jr["cpu_ms_per_waiter_max"] = round3(s.max);
+        jr["drain_ms"] = round3(r->drain_ms);
+        jr["order"] = order_json(r->order);
+      }
+      rows.push_back(jr);
+    };
+    row(std::to_string(q.junk_entries) + " junk entries", q_junk_);
+    row("no junk (baseline)", q_junk_base_);
+    for (auto& [name, d] : kinds) row(name, d);
+    print(t.render());
+    jq["junk_flood"] = {{"entries", q.junk_entries},
+                        {"planted", p.planted},
+                        {"planted_as_uid", p.uid},
+                        {"other_user", p.other_user},
+                        {"rows", rows}};
+    if (!p.error.empty()) jq["junk_flood"]["error"] = p.error;
+  }
+
+  // v1 barging.
+  print("\n   d) v1 barging: " + std::to_string(kV1Runners) +
+        " v1 runners (Node, gpu-lock-v1.mjs acquireGpuLock: 1 s polls) loop acquire -> hold " +
+        std::to_string(kV1HoldMs) + " ms -> release -> pause 0–200 ms,\n      while " +
+        std::to_string(kV1QueueDepth) + " offload-lock waiters stay queued (each holds " + std::to_string(kV1HoldMs) +
+        " ms; a new one joins as one is served), for " + fmt(q.v1_ms / 1000.0, 0) +
+        " s; counted: releases inside the window while an\n      offload-lock waiter was queued, by who held next; goal: the queue's head takes ≥ 95% of releases\n");
+  if (!have_node()) {
+    print("  not run: node not found\n");
+    jq["v1_barging"] = {{"error", "node not found"}};
+  } else {
+    q_v1_ = qbench::v1_barging(cfg_.self, cfg_.node, cfg_.helper, fresh("q-v1") + "/gpu.lock", kV1Runners,
+                               kV1QueueDepth, kV1HoldMs, q.v1_ms);
+    const auto& r = *q_v1_;
+    const int total = r.lib_acquisitions + r.v1_acquisitions;
+    const double share = total ? 100.0 * r.lib_acquisitions / total : kNaN;
+    table t{{"releases with a queue", "taken by its head", "taken by v1", "head's share", "releases, queue empty",
+             "overlaps", "holds lost to v1 rm -rf", "queue inversions"},
+            {}};
+    t.rows.push_back({std::to_string(total), std::to_string(r.lib_acquisitions), std::to_string(r.v1_acquisitions),
+                      fmt(share, 2) + "%", std::to_string(r.releases_unqueued), std::to_string(r.order.overlaps),
+                      std::to_string(r.lost), std::to_string(r.order.inversions)});
+    print(t.render());
+    if (!r.error.empty()) print("  error: " + r.error + "\n");
+    jq["v1_barging"] = {{"v1_runners", r.v1_runners},          {"queue_depth", r.queued_depth},
+                        {"seconds", round3(r.seconds)},        {"releases_with_queue", total},
+                        {"queue_acquisitions", r.lib_acquisitions}, {"v1_acquisitions", r.v1_acquisitions},
+                        {"queue_share_percent", num(share)},   {"releases_queue_empty", r.releases_unqueued},
+                        {"holds_lost_to_v1", r.lost},
+                        {"order", order_json(r.order)}};
+    if (!r.error.empty()) jq["v1_barging"]["error"] = r.error;
+  }
+
+  // Handoff behind a queue, and a single waiter in the same run.
+  print("\n   e) Handoff with " + std::to_string(kQueuedDepth) +
+        " queued waiters (waiter holds 5–25 ms, stamps just before release(); the next stamps right after it holds;\n"
+        "      the queue is topped up as it moves, only handoffs with ≥ " + std::to_string(kQueuedDepth) +
+        " waiting at the release count), and a single library waiter (section 3's rounds) in the same run;\n"
+        "      goal: p50 ≤ 1 ms with " + std::to_string(kQueuedDepth) + " queued\n");
+  q_ho_ = qbench::queued_handoff(cfg_.self, fresh("q-ho10") + "/gpu.lock", kQueuedDepth, q.ho_rounds);
+  try {
+    lib_holder h{fresh("q-ho1") + "/gpu.lock", {}, true};
+    line_waiter w{child({cfg_.self, "--child", "lib-waiter", h.path}, {true, true, true}), 15'000};
+    w.c.expect("ready", 15'000, "library waiter");
+    q_single_ = rounds("single library waiter", q.ho_single, kDelayLoMs, kDelayHiMs, [&] { h.hold(); },
+                       [&] { return w.start(); }, [&] { h.release(); }, [&] { return w.collect(); }, nullptr, true);
+  } catch (const std::exception& e) {
+    q_single_ = handoff_stats{"single library waiter", {}, {}, 0, 0, e.what()};
+  }
+  {
+    table t{{"waiters queued at the release", "p50 ms", "p99 ms", "min", "max", "n", "p50 vs single"}, {}};
+    const auto& r = *q_ho_;
+    summary s = summarize(r.ms), sa = summarize(r.all_ms), s1 = q_single_->s();
+    std::vector<double> d(r.depths.begin(), r.depths.end());
+    summary sd = summarize(d);
+    t.rows.push_back({"≥ " + std::to_string(kQueuedDepth) + " (depth median " + fmt(sd.median, 0) + ", " +
+                          fmt(sd.min, 0) + "–" + fmt(sd.max, 0) + ")",
+                      fmt(s.p50, 3), fmt(s.p99, 3), fmt(s.min, 3), fmt(s.max, 3), std::to_string(s.n),
+                      ratio(s.p50, s1.p50)});
+    t.rows.push_back({"(every handoff of that run)", fmt(sa.p50, 3), fmt(sa.p99, 3), fmt(sa.min, 3), fmt(sa.max, 3),
+                      std::to_string(sa.n), ratio(sa.p50, s1.p50)});
+    t.rows.push_back({"1 (single waiter)", fmt(s1.p50, 3), fmt(s1.p99, 3), fmt(s1.min, 3), fmt(s1.max, 3),
+                      std::to_string(s1.n), ""});
+    if (ho_lib_ && !ho_lib_->ms.empty())
+      t.rows.push_back({"1 (section 3's library row)", fmt(ho_lib_->s().p50, 3), fmt(ho_lib_->s().p99, 3),
+                        fmt(ho_lib_->s().min, 3), fmt(ho_lib_->s().max, 3), std::to_string(ho_lib_->s().n), ""});
+    print(t.render());
+    if (!r.error.empty()) print("  error: " + r.error + "\n");
+    if (!q_single_->error.empty()) print("  single waiter error: " + q_single_->error + "\n");
+    json jh{{"depth", kQueuedDepth},
+            {"rounds", s.n},
+            {"ms_p50", num(s.n ? round3(s.p50) : kNaN)},
+            {"ms_p99", num(s.n ? round3(s.p99) : kNaN)},
+            {"all_handoffs_ms_p50", num(sa.n ? round3(sa.p50) : kNaN)},
+            {"all_handoffs", sa.n},
+            {"depth_median", num(sd.n ? sd.median : kNaN)},
+            {"order", order_json(r.order)},
+            {"single_waiter", handoff_json(*q_single_)},
+            {"p50_ratio_to_single", num(s.p50 / s1.p50)}};
+    if (!r.error.empty()) jh["error"] = r.error;
+    jq["queued_handoff"] = jh;
+  }
+  out_["queue"] = jq;
+}
+
 // ---- targets ----
 
 void benchmark::targets() {
@@ -1055,6 +1344,72 @@ void benchmark::targets() {
   else
     report("uncontended library acquire+release no slower than the v1 mkdir+write+rm cycle", std::nullopt,
            "library or v1 row missing");
+  // Section 7: the queue's goals.
+  if (want(7)) {
+    if (q_fifo_ && q_fifo_->error.empty())
+      report("queue FIFO: 0 order inversions in " + std::to_string(q_fifo_->handoffs) +
+                 " handoffs, waiters SIGKILLed while queued",
+             q_fifo_->order.inversions == 0,
+             std::to_string(q_fifo_->order.inversions) + " inversions (" + order_text(q_fifo_->order) + ")",
+             q_fifo_->order.inversions, 0, "inversions");
+    else
+      report("queue FIFO: 0 order inversions", std::nullopt, q_fifo_ ? q_fifo_->error : "not run");
+    double cpu10 = kNaN, cpu200 = kNaN;
+    for (auto& [n, r] : q_herd_) {
+      std::string what = "queue herd-free: ≤ 3 wakeups per handoff, " + std::to_string(n) + " waiters";
+      if (!r.error.empty()) {
+        report(what, std::nullopt, r.error);
+        continue;
+      }
+      const double per = double(r.voluntary) / n, per_w = double(r.voluntary_waiting) / n;
+      report(what, per <= 3.0,
+             fmt(per, 2) + " (until each held: " + fmt(per_w, 2) + "; " + std::to_string(r.with_inotify) + "/" +
+                 std::to_string(n) + " waiters watching)",
+             per, 3.0, "wakeups/handoff");
+      if (n == 10) cpu10 = double(r.cpu_ns) / 1e6 / n;
+      if (n == 200) cpu200 = double(r.cpu_ns) / 1e6 / n;
+    }
+    if (!std::isnan(cpu10) && !std::isnan(cpu200))
+      report("queue herd-free: CPU per handoff at 200 waiters ≤ 2× at 10", cpu200 <= 2 * cpu10,
+             fmt(cpu200, 3) + " ms vs " + fmt(cpu10, 3) + " ms (" + ratio(cpu200, cpu10) + ")", cpu200 / cpu10, 2.0,
+             "ratio");
+    else
+      report("queue herd-free: CPU per handoff at 200 waiters ≤ 2× at 10", std::nullopt, "a size is missing");
+    if (q_junk_ && q_junk_->error.empty() && !q_junk_->whole_cpu_ms.empty()) {
+      summary s = summarize(q_junk_->whole_cpu_ms);
+      report("queue junk flood: ≤ 50 ms CPU per waiter in all, " + std::to_string(q_plant_->planted) +
+                 " junk entries" + (q_plant_->other_user ? " of another user" : " of the same user"),
+             s.max <= 50.0,
+             "max " + fmt(s.max, 2) + " ms, median " + fmt(s.median, 2) + " ms over " +
+                 std::to_string(q_junk_->waiters) + " waiters",
+             s.max, 50.0, "ms");
+    } else {
+      report("queue junk flood: ≤ 50 ms CPU per waiter in all", std::nullopt,
+             q_junk_ ? q_junk_->error : q_plant_ ? q_plant_->error : "not run");
+    }
+    if (q_v1_ && q_v1_->error.empty() && q_v1_->lib_acquisitions + q_v1_->v1_acquisitions > 0) {
+      const int total = q_v1_->lib_acquisitions + q_v1_->v1_acquisitions;
+      const double share = 100.0 * q_v1_->lib_acquisitions / total;
+      report("queue vs 4 v1 runners: the queue's head takes ≥ 95% of releases", share >= 95.0,
+             fmt(share, 2) + "% of " + std::to_string(total) + " (" + std::to_string(q_v1_->order.overlaps) +
+                 " overlapping holds)",
+             share, 95.0, "%");
+    } else {
+      report("queue vs 4 v1 runners: the queue's head takes ≥ 95% of releases", std::nullopt,
+             q_v1_ ? q_v1_->error : "not run (node?)");
+    }
+    if (q_ho_ && !q_ho_->ms.empty()) {
+      summary s = summarize(q_ho_->ms);
+      std::string single = q_single_ && !q_single_->ms.empty()
+                               ? "; single waiter " + fmt(q_single_->s().p50, 3) + " ms in the same run"
+                               : "";
+      report("queue handoff p50 ≤ 1 ms with 10 queued waiters (library)", s.p50 <= 1.0,
+             fmt(s.p50, 3) + " ms, n=" + std::to_string(s.n) + single, s.p50, 1.0, "ms");
+    } else {
+      report("queue handoff p50 ≤ 1 ms with 10 queued waiters (library)", std::nullopt,
+             q_ho_ ? q_ho_->error : "not run");
+    }
+  }
   out_["targets"] = j;
 }
 
@@ -1109,6 +1464,7 @@ int benchmark::run() {
   section(4, &benchmark::crash);
   section(5, &benchmark::idle);
   section(6, &benchmark::throughput);
+  section(7, &benchmark::queue);
   targets();
 
   double secs = double(mono_ns() - t_start) / 1e9;
@@ -1146,7 +1502,7 @@ int usage(std::ostream& o, int code) {
        "  --dir       create the temporary directory under DIR (default: $TMPDIR, $TMP, $TEMP or /tmp)\n"
        "  --keep      keep the temporary directory\n"
        "  --only      run only these sections: 1 uncontended, 2 whole process, 3 handoff, 4 crash,\n"
-       "              5 idle waiter, 6 throughput\n";
+       "              5 idle waiter, 6 throughput, 7 queue\n";
   return code;
 }
 

@@ -5,12 +5,18 @@
 //   child -> parent: "w <ns>"  about to block / waiting (CLOCK_MONOTONIC ns)
 //                    "a <ns>"  holding the lock, stamped right after getting it
 //                    "held <ns>", "n <count>", "e <message>"
+// The queue section's modes (q-waiter, plant) write to one pipe shared by
+// many children instead; see queue_bench.hpp.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "offload_lock/lock.hpp"
@@ -169,12 +175,124 @@ int flock_loop(const std::string& file, long ms) {
   return 0;
 }
 
+
+std::int64_t process_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// One queued acquisition, then exit: `q-waiter PATH ID PRIORITY HOLD_LO_US
+// HOLD_HI_US`. Every line starts with ID (many of these share one pipe):
+//   "ID w <ns>"   waiting (stamped in on_wait, after it has joined the queue)
+//   "ID x <message>"   release() failed (the lock was taken away), then "a"
+//   "ID a <a_ns> <r_ns> <voluntary> <cpu_ns> <nowait> <voluntary_held> <cpu_held_ns> <s_ns>"
+//     after the release: s_ns just before it called acquire (its arrival
+//     in the queue lies between s_ns and its "w" stamp), a_ns right after
+//     it held, r_ns just before
+//     release(); voluntary switches (getrusage: every thread, dead ones
+//     too) and CPU time of the whole process, read after the release and
+//     right after it held.
+int q_waiter(int argc, char** argv) {
+  if (argc < 8) return usage("q-waiter PATH ID PRIORITY HOLD_LO_US HOLD_HI_US");
+  const std::string path = argv[3], id = argv[4];
+  const int priority = std::atoi(argv[5]);
+  const long lo = std::atol(argv[6]), hi = std::atol(argv[7]);
+  bool waited = false;
+  ol::lock_options o;
+  o.path = path;
+  o.wait = std::chrono::seconds(120);
+  o.priority = priority;
+  o.on_wait = [&](const ol::info&) {
+    if (!waited) say(id + " w " + std::to_string(mono_ns()));
+    waited = true;
+  };
+  const std::int64_t s = mono_ns();
+  auto l = ol::lock::acquire(o);
+  const std::int64_t a = mono_ns();
+  rusage at_hold{};
+  ::getrusage(RUSAGE_SELF, &at_hold);
+  const std::int64_t cpu_at_hold = process_cpu_ns();
+  if (!l) {
+    say(id + " e acquire: " + l.error().message());
+    return 1;
+  }
+  if (hi > 0) {
+    std::mt19937 rng(static_cast<unsigned>(a));
+    sleep_ns(std::int64_t(std::uniform_int_distribution<long>(lo, std::max(lo, hi))(rng)) * 1000);
+  }
+  const std::int64_t r = mono_ns();
+  // A lock taken away meanwhile (a v1 runner's rm -rf of a lock it judged
+  // stale) is reported, and the run goes on.
+  if (auto e = l->release()) say(id + " x release: " + e.message());
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  say(id + " a " + std::to_string(a) + " " + std::to_string(r) + " " + std::to_string(ru.ru_nvcsw) + " " +
+      std::to_string(process_cpu_ns()) + " " + (waited ? "0" : "1") + " " + std::to_string(at_hold.ru_nvcsw) + " " +
+      std::to_string(cpu_at_hold) + " " + std::to_string(s));
+  return 0;
+}
+
+// Plants junk in a lock's waiter registry, as another user would: `plant
+// DIR COUNT UID KIND`. Run as root it first becomes UID (so the files are
+// that user's); otherwise it plants as whoever it is. KIND mix: half the
+// files are oversized garbage under entry-like names, half well-formed
+// entries (big, forged: only the one kind) that
+// claim the front of the queue (priority 100, arrival 0) for pids that are
+// alive but not waiting (pid 1, this benchmark), none of them write-locked.
+// Says "ID planted <n> <uid>" or "ID e <message>".
+int plant(int argc, char** argv) {
+  if (argc < 7) return usage("plant DIR COUNT UID mix|big|forged");
+  const std::string dir = argv[3];
+  const long count = std::atol(argv[4]);
+  const uid_t uid = static_cast<uid_t>(std::atol(argv[5]));
+  const std::string kind = argv[6];
+  if (::geteuid() == 0 && uid != 0) {
+    if (::setgid(uid) != 0 || ::setuid(uid) != 0) {
+      say(std::string("plant e setuid: ") + std::strerror(errno));
+      return 1;
+    }
+  }
+  const std::string big(60 * 1024, 'x');
+  const long parent = static_cast<long>(::getppid());
+  std::mt19937_64 rng(7);
+  long made = 0;
+  for (long i = 0; i < count; ++i) {
+    char hex[13];
+    std::snprintf(hex, sizeof hex, "%012llx", static_cast<unsigned long long>(rng() & 0xffffffffffffULL));
+    const bool garbage = kind == "big" || (kind == "mix" && i % 2 == 0);
+    const long pid = garbage ? 100000 + i : (i % 4 == 1 ? 1 : parent);
+    const std::string name = dir + "/" + std::to_string(pid) + "-" + hex + ".json";
+    const std::string body =
+        garbage ? big
+                : "{\"pid\":" + std::to_string(pid) +
+                      ",\"label\":\"junk\",\"host\":\"x\",\"since\":0,\"gpu\":null,\"gpus\":1,\"bootId\":\"x\","
+                      "\"procTicks\":1,\"priority\":100,\"expectMs\":null,\"queuedUs\":0}\n";
+    int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      say("plant e open " + name + ": " + std::strerror(errno));
+      return 1;
+    }
+    bool ok = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
+    ::close(fd);
+    if (!ok) {
+      say("plant e write " + name);
+      return 1;
+    }
+    ++made;
+  }
+  say("plant planted " + std::to_string(made) + " " + std::to_string(::geteuid()));
+  return 0;
+}
+
 }  // namespace
 
 int run_child(int argc, char** argv) {
   // argv: prog --child MODE ARGS...
   if (argc < 4) return usage("MODE PATH [MS | nohb]");
   std::string mode = argv[2], path = argv[3];
+  if (mode == "q-waiter") return q_waiter(argc, argv);
+  if (mode == "plant") return plant(argc, argv);
   long ms = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 0;
   if (mode == "lib-waiter") return lib_waiter(path);
   if (mode == "lib-hold") return lib_hold(path, !(argc > 4 && std::string(argv[4]) == "nohb"));

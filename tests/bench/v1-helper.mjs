@@ -9,6 +9,11 @@
 //                             acquireGpuLock(), prints "a <ns>" stamped right after
 //                             getting the lock, after releasing it.
 //   once LOCK                 acquireGpuLock({waitMs: 0}) + release(), then exit.
+//   loop LOCK ID HOLD_MS PAUSE_MS STOP
+//                             until the file STOP exists: acquireGpuLock() (polling as v1 does), hold
+//                             HOLD_MS, print "ID a <held ns> <release ns>", release, pause
+//                             a random 0..PAUSE_MS ms; prints "ID ready" first. (The
+//                             queue section's v1 runners barging on a queued lock.)
 //
 // Times are process.hrtime.bigint(): CLOCK_MONOTONIC on Linux, the clock the
 // C++ side stamps with.
@@ -70,6 +75,23 @@ if (mode === 'cycle' || mode === 'acquire') {
   const l = await acquireGpuLock({ lockPath: lock, waitMs: 0 });
   if (!l) process.exit(1);
   l.release();
+} else if (mode === 'loop') {
+  const [id, holdMs, pauseMs, stop] = [rest[0], Number(rest[1]), Number(rest[2]), rest[3]];
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  process.stdout.write(`${id} ready\n`);
+  while (!fs.existsSync(stop)) {
+    const l = await acquireGpuLock({ lockPath: lock, waitMs: 3600 * 1000 });
+    const t = now();
+    if (!l) {
+      process.stdout.write(`${id} e acquireGpuLock returned null\n`);
+      continue;
+    }
+    await sleep(holdMs);
+    const r = now();
+    process.stdout.write(`${id} a ${t} ${r}\n`);
+    l.release();
+    await sleep(Math.random() * pauseMs);
+  }
 } else {
   process.stderr.write(`v1-helper: unknown mode ${mode}\n`);
   process.exit(2);

@@ -635,7 +635,7 @@ static void test_queue(const char* dir) {
       CHECK(x->waiter.gpu == 1 && x->position == 1 && x->eta_ms == -1);
     } else if (x->waiter.pid == (int64_t)e.pid) {
       seen_cde |= 4;
-      CHECK(x->waiter.gpus == 2 && x->position == 0 && x->eta_ms == -1);
+      CHECK(x->waiter.gpus == 2 && x->position == 3 && x->eta_ms == -1);  /* behind c (slot 0) and d (slot 1) */
     }
   }
   CHECK(seen_cde == 7);
