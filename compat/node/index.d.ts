@@ -28,12 +28,17 @@ export type ExitCode = (typeof exitCodes)[keyof typeof exitCodes];
  * The `code` of every Error this package throws or rejects with.
  * - `EBUSY`: `withGpuLock` found the lock still busy after the wait.
  * - `ENOENT`: no usable `offload-lock` binary (see {@link findBinary}).
- * - `ERR_INVALID_ARG_VALUE`: `waitMs` or `ttlMs` is not a non-negative number or `Infinity` (a TypeError).
+ * - `ERR_INVALID_ARG_VALUE`: an option of the wrong kind, before anything runs (a TypeError):
+ *   `waitMs` or `ttlMs` not a non-negative number or `Infinity`, `priority` not
+ *   one of {@link Priority}, `expectMs` not a non-negative finite number,
+ *   `signal` not an AbortSignal, `onProgress` not a function.
  * - `ERR_OFFLOAD_LOCK_USAGE`, `ERR_OFFLOAD_LOCK_NOT_OWNER`, `ERR_OFFLOAD_LOCK_SYSTEM`,
  *   `ERR_OFFLOAD_LOCK_LOST`: the command ended with that outcome (exit 2, 3, 4, 5)
  *   where the call could not go on.
  * - `ERR_OFFLOAD_LOCK_FAILED`: the command could not be started, was killed by a
  *   signal, exited with an unexpected status, or printed something unreadable.
+ * - `ABORT_ERR`: the `signal` given to {@link acquireGpuLock} aborted the wait
+ *   (an {@link AbortError}).
  */
 export type ErrorCode =
   | 'EBUSY'
@@ -43,11 +48,24 @@ export type ErrorCode =
   | 'ERR_OFFLOAD_LOCK_NOT_OWNER'
   | 'ERR_OFFLOAD_LOCK_SYSTEM'
   | 'ERR_OFFLOAD_LOCK_LOST'
-  | 'ERR_OFFLOAD_LOCK_FAILED';
+  | 'ERR_OFFLOAD_LOCK_FAILED'
+  | 'ABORT_ERR';
 
 /** An Error thrown by this package; `code` says which kind. */
 export interface OffloadLockError extends Error {
   code: ErrorCode;
+}
+
+/**
+ * What an acquisition rejects with when its `signal` aborts the wait (or was
+ * already aborted), as Node's own APIs do. By then the `offload-lock hold`
+ * child has ended: it left the queue and holds no lock.
+ */
+export interface AbortError extends OffloadLockError {
+  name: 'AbortError';
+  code: 'ABORT_ERR';
+  /** The signal's `reason`. */
+  cause: unknown;
 }
 
 /** The codes of errors that come from a run of the `offload-lock` command. */
@@ -66,8 +84,15 @@ export interface CommandError extends OffloadLockError {
   cause?: unknown;
 }
 
-/** Options of {@link acquireGpuLock}, {@link withGpuLock} and {@link acquireSync}. */
-export interface AcquireOptions {
+/**
+ * A waiter's priority in the queue: an integer from -100 to 100 (higher is
+ * served first), or a name: `'batch'` (-10), `'normal'` (0, the default),
+ * `'interactive'` (10).
+ */
+export type Priority = number | 'batch' | 'normal' | 'interactive';
+
+/** Options of {@link acquireSync} (and, with more, of {@link acquireGpuLock}). */
+export interface SyncAcquireOptions {
   /** The lock directory; else `$GPU_LOCK` if not empty, else `<os.tmpdir()>/local-offload-gpu.lock`. */
   lockPath?: string;
   /** How long to wait for a busy lock, in ms; `Infinity` waits forever. Default `$GPU_LOCK_WAIT_MS`, else 30 minutes. */
@@ -76,6 +101,60 @@ export interface AcquireOptions {
   ttlMs?: number;
   /** What holds the lock, shown by `offload-lock status`. Default: the script's file name, else `'node'`. */
   label?: string;
+  /** The place in the queue: served by priority, then arrival. Default `'normal'`. */
+  priority?: Priority;
+  /** How long the lock will be held, ms, for the ETAs others see (`--expect`); 0 or absent: undeclared. */
+  expectMs?: number;
+}
+
+/**
+ * The minimal AbortSignal this package uses (Node's and the DOM's both fit),
+ * so that the declarations need no lib of their own.
+ */
+export interface AbortSignalLike {
+  readonly aborted: boolean;
+  readonly reason?: unknown;
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
+
+/** A holder as a progress event shows it: its `--json` object and what it declared. */
+export interface ProgressHolder extends LockInfo {
+  /** The holder's priority; null when the lock is not held. */
+  priority: number | null;
+  /** How long the holder declared it would hold the lock, ms; null when undeclared. */
+  expectMs: number | null;
+  /** When it is expected to be free, ms from now: 0 when free or overdue, null when unknown. */
+  freeInMs: number | null;
+}
+
+/**
+ * One report of a wait, as `offload-lock --json hold` writes it on stderr:
+ * when the holder changes, and every second while nothing does.
+ */
+export interface WaitProgress {
+  event: 'waiting';
+  /** A holder (or this waiter's position) differs from the previous report. */
+  changed: boolean;
+  /** Since the wait began. */
+  waitedMs: number;
+  /** This waiter's place in the queue, 1 = next; null when not known. */
+  position: number | null;
+  /** The lock, or each GPU slot waited for, as last seen. */
+  holders: ProgressHolder[];
+}
+
+/** Options of {@link acquireGpuLock} and {@link withGpuLock}. */
+export interface AcquireOptions extends SyncAcquireOptions {
+  /**
+   * Aborting it while waiting ends the wait (the child leaves the queue and
+   * takes no lock) and rejects with an {@link AbortError}; already aborted,
+   * rejects at once without starting anything. Once the lock is held it has
+   * no effect: release the handle.
+   */
+  signal?: AbortSignalLike;
+  /** Called with each {@link WaitProgress} while waiting (never once held). What it throws is ignored. */
+  onProgress?: (progress: WaitProgress) => void;
 }
 
 /** Options of {@link releaseSync}. */
@@ -137,6 +216,16 @@ export interface SlotStatus extends LockInfo {
   expectMs: number | null;
   /** When the lock is expected to be free, ms from now: 0 when free or overdue, null when unknown. */
   freeInMs: number | null;
+  /** A waiter of a higher priority than the holder's asked it to yield; null when none (or free). */
+  yieldRequested: YieldRequest | null;
+}
+
+/** The waiter that asked the holder to yield (`offload-lock run --yield-signal`). */
+export interface YieldRequest {
+  pid: number;
+  /** '' when it gave none. */
+  label: string;
+  priority: number;
 }
 
 /** An offload-lock process waiting for the lock. */
@@ -152,7 +241,7 @@ export interface Waiter {
   /** The slot it asked for; null: the first free one of `gpus`. */
   gpu: number | null;
   gpus: number;
-  /** Its place in its slot's queue, 1 = next; null for a wait among several slots. */
+  /** Its place in the queue, 1 = next: one more than the waiters ahead that would take a slot it would take. */
   position: number | null;
   priority: number;
   /** Its declared duration, ms; null when undeclared. */
@@ -197,8 +286,9 @@ export declare function findBinary(): string;
 
 /**
  * Takes the GPU lock. Resolves with the handle once held, or null when the
- * lock is still busy after `waitMs`. Rejects with an {@link OffloadLockError}
- * (a {@link CommandError} when the command failed) on anything else.
+ * lock is still busy after `waitMs`. Rejects with an {@link AbortError} when
+ * `signal` aborts the wait, and with an {@link OffloadLockError} (a
+ * {@link CommandError} when the command failed) on anything else.
  */
 export declare function acquireGpuLock(options?: AcquireOptions): Promise<GpuLockHandle | null>;
 
@@ -222,7 +312,7 @@ export declare function inspect(lockPath?: string): LockStatus;
  * Takes the lock on behalf of this Node process (its pid is recorded as the
  * holder). Returns the token, or null when still busy after `waitMs`.
  */
-export declare function acquireSync(options?: AcquireOptions): string | null;
+export declare function acquireSync(options?: SyncAcquireOptions): string | null;
 
 /** Releases a lock taken with {@link acquireSync}; see {@link ReleaseResult}. */
 export declare function releaseSync(options?: ReleaseOptions): ReleaseResult;

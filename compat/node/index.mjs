@@ -34,6 +34,7 @@ const codes = Object.freeze({
   system: 'ERR_OFFLOAD_LOCK_SYSTEM',
   lost: 'ERR_OFFLOAD_LOCK_LOST',
   failed: 'ERR_OFFLOAD_LOCK_FAILED',
+  aborted: 'ABORT_ERR',
 });
 
 // An exit status that should not have ended the command -> its code.
@@ -91,6 +92,56 @@ function durArg(ms, name) {
   return `${Math.ceil(ms)}ms`;
 }
 
+// The named priorities of the CLI's --priority.
+const PRIORITY_NAMES = Object.freeze({ batch: -10, normal: 0, interactive: 10 });
+
+// A priority option -> the CLI's --priority argument (undefined: none).
+function priorityArg(p) {
+  if (p === undefined) return undefined;
+  if (typeof p === 'string' && Object.hasOwn(PRIORITY_NAMES, p)) return p;
+  if (typeof p === 'number' && Number.isInteger(p) && p >= -100 && p <= 100) return String(p);
+  throw withCode(new TypeError(`priority must be an integer from -100 to 100 or 'batch', 'normal' or 'interactive', got ${String(p)}`),
+    codes.badArgument);
+}
+
+// An expectMs option -> the CLI's --expect argument (undefined: undeclared).
+function expectArg(ms) {
+  if (ms === undefined || ms === 0) return undefined;
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
+    throw withCode(new TypeError(`expectMs must be a positive finite number of milliseconds, got ${String(ms)}`),
+      codes.badArgument);
+  }
+  return `${Math.ceil(ms)}ms`;
+}
+
+// The queue options shared by hold and acquire.
+function queueArgs({ priority, expectMs }) {
+  const args = [];
+  const p = priorityArg(priority);
+  if (p !== undefined) args.push('--priority', p);
+  const e = expectArg(expectMs);
+  if (e !== undefined) args.push('--expect', e);
+  return args;
+}
+
+// What an aborted acquisition rejects with, as Node's own APIs do: name
+// 'AbortError', code 'ABORT_ERR', the signal's reason as the cause.
+function abortError(signal) {
+  const err = withCode(new Error('the GPU lock wait was aborted', { cause: signal.reason }), codes.aborted);
+  err.name = 'AbortError';
+  return err;
+}
+
+function isAbortSignal(s) {
+  return s !== null && typeof s === 'object' && typeof s.aborted === 'boolean' && typeof s.addEventListener === 'function';
+}
+
+// How often a wait with onProgress is reported when nothing changes.
+const PROGRESS_EVERY = '1s';
+// How long an aborted wait's child has to end after SIGTERM before it is
+// killed outright (its entry, no longer write-locked, then counts for nobody).
+const ABORT_KILL_AFTER_MS = 10 * 1000;
+
 function lastLine(text) {
   const lines = String(text || '').split('\n').map((l) => l.trim()).filter(Boolean);
   return lines.length ? lines[lines.length - 1] : '';
@@ -145,12 +196,26 @@ export function findBinary() {
 
 // Take the GPU lock. Resolves with { release(), token, path, pid } once held
 // (pid is the `offload-lock hold` child that holds it), or null when the lock
-// is still busy after waitMs. Rejects on any other failure.
-export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label } = {}) {
-  const bin = findBinary();
+// is still busy after waitMs. Rejects on any other failure, and with an
+// AbortError when `signal` aborts the wait.
+export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label, priority, expectMs, signal, onProgress } = {}) {
+  if (signal !== undefined && !isAbortSignal(signal)) {
+    throw withCode(new TypeError(`signal must be an AbortSignal, got ${String(signal)}`), codes.badArgument);
+  }
+  if (onProgress !== undefined && typeof onProgress !== 'function') {
+    throw withCode(new TypeError(`onProgress must be a function, got ${String(onProgress)}`), codes.badArgument);
+  }
   const wait = durArg(waitMs ?? envWaitMs(), 'waitMs');
   const ttl = durArg(ttlMs ?? DEFAULT_TTL_MS, 'ttlMs');
-  const args = [...lockArgs(lockPath), '--ttl', ttl, '--quiet', 'hold', '--wait', wait, '--label', String(label ?? defaultLabel())];
+  const queue = queueArgs({ priority, expectMs });
+  // Aborted before it began: nothing is spawned.
+  if (signal && signal.aborted) throw abortError(signal);
+  const bin = findBinary();
+  // With onProgress the child reports its wait on stderr as JSON lines
+  // (--json); without, it says nothing (--quiet).
+  const report = onProgress ? ['--json'] : ['--quiet'];
+  const args = [...lockArgs(lockPath), '--ttl', ttl, ...report, 'hold', '--wait', wait, '--label', String(label ?? defaultLabel()),
+    ...queue, ...(onProgress ? ['--remind', PROGRESS_EVERY] : [])];
 
   return new Promise((resolve, reject) => {
     // detached: the child gets its own session, so a Ctrl-C or a signal to
@@ -159,21 +224,72 @@ export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label } = {}) {
     // lock's lifetime is tied to this process through the stdin pipe alone.
     const child = spawn(bin, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
     let settled = false;
+    let aborted = false;
+    let killTimer = null;
     let stdoutBuf = '';
     let stderrBuf = '';
+    let stderrLine = '';
+
+    // Aborting while waiting: SIGTERM makes the hold give up its wait and
+    // leave the queue (its entry removed) without taking the lock; the
+    // promise rejects once the child has ended, so that by then neither
+    // remains.
+    const onAbort = () => {
+      if (settled || aborted) return;
+      aborted = true;
+      try { child.kill('SIGTERM'); } catch { /* already gone */ }
+      killTimer = setTimeout(() => { try { child.kill('SIGKILL'); } catch { /* gone */ } }, ABORT_KILL_AFTER_MS);
+      killTimer.unref();
+    };
+    const unlisten = () => {
+      if (signal) signal.removeEventListener('abort', onAbort);
+      if (killTimer) clearTimeout(killTimer);
+    };
+    if (signal) signal.addEventListener('abort', onAbort, { once: true });
 
     // Writing to or ending the stdin of a child that already exited must
     // never crash this process.
     child.stdin.on('error', () => {});
     child.stdout.setEncoding('utf8');
     child.stderr.setEncoding('utf8');
+    // Progress events (JSON lines) go to onProgress; everything else is kept
+    // for the error message.
+    const stderrText = (line) => {
+      if (stderrBuf.length < 65536) stderrBuf += `${line}\n`;
+    };
+    const stderrLineDone = (line) => {
+      if (onProgress && line.startsWith('{')) {
+        let event;
+        try {
+          event = JSON.parse(line);
+        } catch {
+          stderrText(line);
+          return;
+        }
+        if (event && event.event === 'waiting' && !settled && !aborted) {
+          try { onProgress(event); } catch { /* the caller's own fault; the wait goes on */ }
+        }
+        return;
+      }
+      stderrText(line);
+    };
     child.stderr.on('data', (chunk) => {
-      if (stderrBuf.length < 65536) stderrBuf += chunk;
+      stderrLine += chunk;
+      let nl;
+      while ((nl = stderrLine.indexOf('\n')) >= 0) {
+        stderrLineDone(stderrLine.slice(0, nl));
+        stderrLine = stderrLine.slice(nl + 1);
+      }
+      if (stderrLine.length > 65536) {
+        stderrText(stderrLine);
+        stderrLine = '';
+      }
     });
 
     const fail = (err) => {
       if (settled) return;
       settled = true;
+      unlisten();
       try { child.stdin.end(); } catch { /* ignore */ }
       reject(err);
     };
@@ -193,17 +309,32 @@ export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label } = {}) {
           fail(cliError('hold', { error: new Error(`unreadable acquired line: ${line}`, { cause: e }) }));
           return;
         }
+        if (aborted) {
+          // Taken just as the abort came: the SIGTERM already sent releases
+          // it; the promise still rejects, once the child has ended.
+          continue;
+        }
         settled = true;
+        unlisten();
         resolve(makeHandle(bin, child, info, lockPath));
       }
     });
 
     child.on('error', (error) => fail(cliError('hold', { error })));
-    child.on('close', (status, signal) => {
+    child.on('close', (status, signalName) => {
+      if (stderrLine) stderrLineDone(stderrLine);
+      stderrLine = '';
       if (settled) return;
+      if (aborted) {
+        settled = true;
+        unlisten();
+        reject(abortError(signal));
+        return;
+      }
       settled = true;
+      unlisten();
       if (status === exitCodes.busy) resolve(null);
-      else reject(cliError('hold', { status, signal, stderr: stderrBuf }));
+      else reject(cliError('hold', { status, signal: signalName, stderr: stderrBuf }));
     });
   });
 }
@@ -264,8 +395,9 @@ export async function withGpuLock(opts, fn) {
 
 // `offload-lock --json status` as an object: path, held, pid, startedAt,
 // heldForMs, label, host, token, stale, ownerUid, v1Stale, otherPidNamespace,
-// gpu, slots, and waiters
-// (the offload-lock processes queued for the lock, oldest first).
+// gpu, device, priority, expectMs, freeInMs, yieldRequested, slots, and
+// waiters (the offload-lock processes queued for the lock, in the order they
+// will be served, each with its position, priority, expectMs and etaMs).
 export function inspect(lockPath) {
   const bin = findBinary();
   const r = spawnSync(bin, [...lockArgs(lockPath), '--json', 'status'], { encoding: 'utf8' });
@@ -281,13 +413,14 @@ export function inspect(lockPath) {
 // For scripts: take the lock on behalf of this Node process (it is recorded
 // as the holder; nothing releases it automatically when this process ends,
 // but a dead holder makes the lock stale). Returns the token, or null when
-// still busy after waitMs.
-export function acquireSync({ lockPath, waitMs, ttlMs, label } = {}) {
-  const bin = findBinary();
+// still busy after waitMs. priority and expectMs as for acquireGpuLock; a
+// synchronous wait cannot be aborted or report progress.
+export function acquireSync({ lockPath, waitMs, ttlMs, label, priority, expectMs } = {}) {
   const args = [...lockArgs(lockPath)];
   if (ttlMs !== undefined) args.push('--ttl', durArg(ttlMs, 'ttlMs'));
   args.push('acquire', '--wait', durArg(waitMs ?? envWaitMs(), 'waitMs'),
-    '--pid', String(process.pid), '--label', String(label ?? defaultLabel()));
+    '--pid', String(process.pid), '--label', String(label ?? defaultLabel()), ...queueArgs({ priority, expectMs }));
+  const bin = findBinary();
   const r = spawnSync(bin, args, { encoding: 'utf8' });
   if (r.status === exitCodes.busy && !r.error) return null;
   if (r.error || r.status !== exitCodes.ok) throw cliError('acquire', r);

@@ -1,7 +1,12 @@
-// The waiting line on a terminal and in a log.
+// The waiting line on a terminal and in a log, and the JSON progress stream.
 // While a command waits for the lock: one line rewritten in place on a
 // terminal, or in a log a line when the holder changes and a reminder now
-// and then (--remind).
+// and then (--remind). With --json, wherever stderr goes, one JSON object
+// per line at those same moments:
+//   {"event":"waiting","changed":B,"waitedMs":N,"position":P|null,
+//    "holders":[{...the --json object of each lock waited for, plus
+//    "priority","expectMs","freeInMs"}]}
+// (position 1 is next; null when unknown).
 #ifndef OFFLOAD_LOCK_SRC_CLI_PROGRESS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_PROGRESS_HPP
 
@@ -11,7 +16,7 @@
 namespace offload_lock::cli {
 
 // Makes an acquisition with `o` report its wait on stderr, as above; with
-// --quiet, nothing.
+// --quiet, nothing (--quiet wins over --json).
 void report_waiting(lock_options& o, const args& a);
 
 // Ends the in-place line, if one is shown, before anything else is written

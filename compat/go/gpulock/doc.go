@@ -8,7 +8,7 @@
 // created atomically with mkdir by whoever takes the GPU. Inside it, meta.json
 // records the holder as {"pid":N,"startedAt":MS}, optionally followed by extra
 // keys written by offload-lock (token, label, host, bootId, procStart,
-// procTicks, tool).
+// procTicks, tool, priority, expectMs).
 //
 // This package only looks. It never creates, reclaims, refreshes or removes the
 // lock directory or anything in it; acquiring and reclaiming belong to the
@@ -31,6 +31,19 @@
 //     (pid <= 0 is never signalled);
 //   - now - mtime(meta.json) > TTL (default one hour): free;
 //   - otherwise held.
+//
+// Beyond those rules, which alone decide Held, Info reports what an
+// offload-lock holder declared in meta.json: its queue Priority, how long it
+// expects to hold the lock (ExpectMs) and so when it expects to free it
+// (ExpectedFree, the zero time when undeclared or free). WaitFreeWithin
+// uses that to answer at once when the lock will not be free within a
+// budget, instead of waiting the budget out.
+//
+// Waiters lists the offload-lock processes queued for the lock, in the order
+// the lock will serve them, read from the waiter registry beside the lock
+// by the rules of offload-lock's own reader: an entry counts only while its
+// waiter keeps it write-locked (an OFD lock, which no other user can take
+// for it) and, where this process can tell, is alive.
 //
 // Note that Path follows Go's os.TempDir, which looks only at TMPDIR; the Node
 // runners also look at TMP and TEMP. With TMPDIR unset and TMP or TEMP set, the

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -52,6 +54,25 @@ type Info struct {
 	// Host is the optional "host" key written by offload-lock, when it is a
 	// JSON string; "" otherwise and when not held. It never affects Held.
 	Host string
+
+	// Priority is the holder's queue priority, meta.json's optional
+	// "priority" (an integral number, clamped to -100..100); 0 when absent
+	// and when not held. It never affects Held.
+	Priority int
+
+	// ExpectMs is how long the holder declared it would keep the lock, in
+	// milliseconds: meta.json's optional "expectMs" (offload-lock --expect)
+	// when it is a positive integral number; 0 (undeclared) otherwise and
+	// when not held. It never affects Held.
+	ExpectMs int64
+
+	// ExpectedFree is when the holder expects to let the lock go, as
+	// offload-lock computes it (info::expected_free_in): the inspection's
+	// instant plus ExpectMs minus the time held (from "startedAt" when
+	// meta.json has it, else Age), and never earlier than that instant, so
+	// an overdue holder is expected free "now". The zero time.Time when
+	// unknown: the lock is free, or the holder declared no duration.
+	ExpectedFree time.Time
 }
 
 // coreMeta is what decides Held. Decoding into exactly these Go types is what
@@ -152,7 +173,66 @@ func inspectAt(lockPath string, ttl time.Duration, now time.Time) Info {
 		info.Label = rawString(extra.Label)
 		info.Host = rawString(extra.Host)
 	}
+	addExpectation(&info, data, now)
 	return info
+}
+
+// addExpectation fills Priority, ExpectMs and ExpectedFree of a held lock
+// from meta.json's "priority", "expectMs" and "startedAt", read as
+// offload-lock reads them: keys matched exactly, each an integral JSON
+// number (1e3 and 1000.0 count, 1.5 and strings do not) within int64.
+// Errors are ignored: these keys never change Held.
+func addExpectation(info *Info, data []byte, now time.Time) {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(data, &obj) != nil || obj == nil {
+		return
+	}
+	if p, ok := integralNumber(obj["priority"]); ok {
+		if p < minPriority {
+			p = minPriority
+		} else if p > maxPriority {
+			p = maxPriority
+		}
+		info.Priority = int(p)
+	}
+	e, ok := integralNumber(obj["expectMs"])
+	if !ok || e <= 0 {
+		return
+	}
+	info.ExpectMs = e
+	// Held for: since startedAt when recorded (0 included), else the age.
+	heldFor := info.Age
+	if s, ok := integralNumber(obj["startedAt"]); ok {
+		heldFor = time.Duration(now.UnixMilli()-s) * time.Millisecond
+	}
+	left := time.Duration(e)*time.Millisecond - heldFor
+	if left < 0 {
+		left = 0
+	}
+	info.ExpectedFree = now.Add(left)
+}
+
+// integralNumber returns raw as an int64 when it is a JSON number with an
+// integral value that fits: an integer literal within int64, or another
+// number (a fraction or exponent) that is finite, whole and below 9e18 in
+// magnitude, as offload-lock's meta.json reader takes it.
+func integralNumber(raw json.RawMessage) (int64, bool) {
+	if len(raw) == 0 {
+		return 0, false
+	}
+	if isIntegerLiteral(raw) {
+		v, err := strconv.ParseInt(string(raw), 10, 64)
+		return v, err == nil
+	}
+	c := raw[0]
+	if c != '-' && (c < '0' || c > '9') {
+		return 0, false // a string, literal, object or array
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || math.Floor(f) != f || math.Abs(f) >= 9.0e18 {
+		return 0, false
+	}
+	return int64(f), true
 }
 
 // signalZeroAlive is the kill(pid, 0) probe: true when it succeeds or fails

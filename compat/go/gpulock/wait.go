@@ -31,9 +31,44 @@ func WaitFreeTTL(ctx context.Context, lockPath string, ttl, wait, poll time.Dura
 	return waitFree(ctx, lockPath, wait, poll, func(p string) Info { return InspectTTL(p, ttl) })
 }
 
+// WaitFreeWithin is WaitFree for a caller that can only use the lock if it
+// frees within budget (a gate that defers its work otherwise): it waits up
+// to budget, like WaitFree, but returns at once, without waiting, when an
+// inspection finds the lock held by a holder that declared how long it would
+// keep it (Info.ExpectedFree is not zero) and expects to free it later than
+// budget from the call (the moment WaitFree's wait would end). So a holder
+// with 20 minutes to go answers a 90 s budget in milliseconds. A holder that
+// declared nothing is waited for as before, up to budget; so is one that
+// expects to be done in time (or is overdue) but is not yet.
+//
+// The returned Info is the final inspection, as WaitFree's: Held=false means
+// free now. Poll, ctx and a nil ctx behave as in WaitFree. Read-only.
+func WaitFreeWithin(ctx context.Context, lockPath string, budget, poll time.Duration) Info {
+	return waitFreeWithin(ctx, lockPath, DefaultTTL, budget, poll)
+}
+
+// WaitFreeWithinTTL is WaitFreeWithin with an explicit TTL for each
+// inspection (see InspectTTL). It is read-only, like WaitFree.
+func WaitFreeWithinTTL(ctx context.Context, lockPath string, ttl, budget, poll time.Duration) Info {
+	return waitFreeWithin(ctx, lockPath, ttl, budget, poll)
+}
+
+func waitFreeWithin(ctx context.Context, lockPath string, ttl, budget, poll time.Duration) Info {
+	deadline := time.Now().Add(budget)
+	return waitFreeUntil(ctx, lockPath, budget, poll, func(p string) Info { return InspectTTL(p, ttl) },
+		func(info Info) bool { return !info.ExpectedFree.IsZero() && info.ExpectedFree.After(deadline) })
+}
+
 // waitFree is the polling loop, with the inspection passed in so tests can
 // count inspections.
 func waitFree(ctx context.Context, lockPath string, wait, poll time.Duration, inspect func(string) Info) Info {
+	return waitFreeUntil(ctx, lockPath, wait, poll, inspect, nil)
+}
+
+// waitFreeUntil is waitFree that also ends, returning that inspection, when
+// hopeless (if not nil) says of a held lock that waiting is pointless.
+func waitFreeUntil(ctx context.Context, lockPath string, wait, poll time.Duration, inspect func(string) Info,
+	hopeless func(Info) bool) Info {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -43,7 +78,7 @@ func waitFree(ctx context.Context, lockPath string, wait, poll time.Duration, in
 	deadline := time.Now().Add(wait)
 	for {
 		info := inspect(lockPath)
-		if !info.Held {
+		if !info.Held || (hopeless != nil && hopeless(info)) {
 			return info
 		}
 		left := time.Until(deadline)

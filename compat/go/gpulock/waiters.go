@@ -43,12 +43,32 @@ type Waiter struct {
 	// GPUs is the number of slots the waiter chooses among (1 without GPU
 	// slots).
 	GPUs int
+
+	// Slots, for a wait among several slots restricted to some of them
+	// (CUDA_VISIBLE_DEVICES), are those slots; nil when it takes any of
+	// GPUs (and for a wait for one slot).
+	Slots []int
+
+	// Position is the waiter's place in the queue, 1 being next, as
+	// offload-lock numbers it: one more than the waiters before it in the
+	// list that would take a slot this one would take (the same GPU, slot 0
+	// for a plain lock, any of the slots a wait among several accepts).
+	Position int
+
+	// Priority is the waiter's priority (-100..100, higher served first;
+	// 0, "normal", when the entry holds none).
+	Priority int
+
+	// ExpectMs is how long the waiter declared it would hold the lock, in
+	// milliseconds (offload-lock --expect); 0 when undeclared.
+	ExpectMs int64
 }
 
 const (
 	// maxWaiterEntrySize is the most read of one registry entry; a larger
-	// entry is skipped. A real one is a few hundred bytes.
-	maxWaiterEntrySize = 64 << 10
+	// entry is skipped. A real one is a few hundred bytes. The same cap as
+	// offload-lock's (waiter_entry_cap, src/waiters.hpp).
+	maxWaiterEntrySize = 4096
 
 	// maxWaiterEntries is how many entries (by name) are considered; the
 	// rest are ignored.
@@ -57,25 +77,50 @@ const (
 	// maxGPUSlots bounds "gpu" (0..maxGPUSlots-1) and "gpus" (1..maxGPUSlots).
 	maxGPUSlots = 1024
 
+	// maxListedSlots is the most "slots" an entry may list; a longer list
+	// is ignored (the wait accepts any of its GPUs).
+	maxListedSlots = 64
+
+	// minPriority and maxPriority bound "priority"; values outside are
+	// clamped to them.
+	minPriority, maxPriority = -100, 100
+
 	// bootIDPath holds the id of the running kernel boot.
 	bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+	// pidNamespacePath names this process's pid namespace; its inode number
+	// is the namespace's id, as entries record it in "pidNs".
+	pidNamespacePath = "/proc/self/ns/pid"
+
+	// fOFDGetlk is F_OFD_GETLK on Linux, which package syscall does not
+	// name.
+	fOFDGetlk = 36
 )
 
 // Waiters lists the offload-lock processes waiting for the lock at lockPath
-// (slot 0's path when there are GPU slots), oldest first. nil when none (or
-// the registry cannot be read).
+// (slot 0's path when there are GPU slots), in the order the lock serves
+// them: priority (highest first), then arrival (the entry's "queuedUs",
+// earliest first), then pid, then entry name. nil when none (or the
+// registry cannot be read).
 //
 // The registry is the directory "<parent>/.<name>.waiters" beside the lock
-// "<parent>/<name>", holding one "<pid>-<12 hex>.json" file per waiter. Only
-// entries whose process still waits are listed: an entry of this host whose
-// boot id is not the current boot's, whose pid is dead or a zombie, or whose
-// pid now belongs to a later process (another start time) is left out. An
-// entry written on another host is listed as is, since its process cannot be
-// checked from here. Entries are ordered by Since, then by PID.
+// "<parent>/<name>", holding one "<pid>-<12 hex>.json" file per waiter. An
+// entry counts only while its waiter keeps it open with an OFD write lock on
+// it (which only the file's owner can take, so no other user can fake a
+// waiter), its name starts with the pid it records, and, unless it was
+// written in another pid namespace, it is root's or belongs to the user
+// running that pid (another user's entry naming a process here is a
+// forgery) and its process still waits: an entry of
+// this host whose boot id is not the current boot's, whose pid is dead or a
+// zombie, or whose pid now belongs to a later process (another start time)
+// is left out. An entry written on another host is judged by its write lock
+// alone. These are the rules of offload-lock's own reader
+// (registry_reader::live, src/waiters.cpp).
 //
-// Waiters is read-only: it never creates, modifies or removes anything, and
-// follows no symlink (a symlinked registry or entry is ignored). Dead entries
-// stay on disk until offload-lock sweeps them. It is safe for concurrent use.
+// Waiters is read-only: it never creates, modifies or removes anything (the
+// write-lock probe, F_OFD_GETLK, takes no lock), and follows no symlink (a
+// symlinked registry or entry is ignored). Dead entries stay on disk until
+// offload-lock sweeps them. It is safe for concurrent use.
 func Waiters(lockPath string) []Waiter {
 	dir, ok := waitersDir(lockPath)
 	if !ok {
@@ -102,11 +147,13 @@ func Waiters(lockPath string) []Waiter {
 
 	host, _ := os.Hostname()
 	boot := currentBootID()
+	myNS := currentPidNamespace()
 	now := time.Now()
 
 	type entry struct {
-		w     Waiter
-		since int64
+		w        Waiter
+		name     string
+		queuedUs int64
 	}
 	var found []entry
 	seen := 0
@@ -118,12 +165,25 @@ func Waiters(lockPath string) []Waiter {
 		if seen > maxWaiterEntries {
 			break
 		}
-		data, err := readEntry(filepath.Join(dir, name))
-		if err != nil {
+		data, locked, fileUID, err := readEntry(filepath.Join(dir, name))
+		if err != nil || !locked {
 			continue
 		}
 		rec, ok := parseWaiterRecord(data)
-		if !ok || !rec.waiting(host, boot) {
+		if !ok || !strings.HasPrefix(name, strconv.FormatInt(rec.pid, 10)+"-") {
+			continue
+		}
+		// A pid of another pid namespace names another process here (or
+		// none): the write lock alone proves that waiter alive.
+		otherNS := rec.pidNS != 0 && myNS != 0 && rec.pidNS != myNS
+		// Only a file of the process's own user (or root's) speaks for it:
+		// another user's entry naming this process is a forgery.
+		if !otherNS && fileUID != 0 {
+			if owner, ok := processUID(int(rec.pid)); ok && owner != fileUID {
+				continue
+			}
+		}
+		if !otherNS && !rec.waiting(host, boot) {
 			continue
 		}
 		since := time.UnixMilli(rec.since)
@@ -135,31 +195,80 @@ func Waiters(lockPath string) []Waiter {
 		}
 		found = append(found, entry{
 			w: Waiter{
-				PID:    int(rec.pid),
-				Label:  rec.label,
-				Host:   rec.host,
-				Since:  since,
-				Waited: waited,
-				GPU:    rec.gpu,
-				GPUs:   rec.gpus,
+				PID:      int(rec.pid),
+				Label:    rec.label,
+				Host:     rec.host,
+				Since:    since,
+				Waited:   waited,
+				GPU:      rec.gpu,
+				GPUs:     rec.gpus,
+				Slots:    rec.slots,
+				Priority: rec.priority,
+				ExpectMs: rec.expectMs,
 			},
-			since: rec.since,
+			name:     name,
+			queuedUs: rec.queuedUs,
 		})
 	}
 	if len(found) == 0 {
 		return nil
 	}
-	sort.SliceStable(found, func(i, j int) bool {
-		if found[i].since != found[j].since {
-			return found[i].since < found[j].since
+	sort.Slice(found, func(i, j int) bool {
+		a, b := &found[i], &found[j]
+		if a.w.Priority != b.w.Priority {
+			return a.w.Priority > b.w.Priority
 		}
-		return found[i].w.PID < found[j].w.PID
+		if a.queuedUs != b.queuedUs {
+			return a.queuedUs < b.queuedUs
+		}
+		if a.w.PID != b.w.PID {
+			return a.w.PID < b.w.PID
+		}
+		return a.name < b.name
 	})
 	out := make([]Waiter, len(found))
-	for i := range found {
-		out[i] = found[i].w
+	for k := range found {
+		out[k] = found[k].w
+		out[k].Position = 1
+		w := &out[k]
+		span := w.GPUs
+		if w.GPU+1 > span {
+			span = w.GPU + 1
+		}
+		for j := 0; j < k; j++ {
+			for slot := 0; slot < span; slot++ {
+				if accepts(*w, slot) && accepts(out[j], slot) {
+					w.Position++
+					break
+				}
+			}
+		}
 	}
 	return out
+}
+
+// accepts reports whether w would take slot: its GPU, slot 0 for a plain
+// lock, or for a wait among several slots any of its GPUs (of its Slots,
+// when it lists them).
+func accepts(w Waiter, slot int) bool {
+	switch {
+	case w.GPU >= 0:
+		return w.GPU == slot
+	case w.GPUs <= 1:
+		return slot == 0
+	}
+	if slot < 0 || slot >= w.GPUs {
+		return false
+	}
+	if w.Slots == nil {
+		return true
+	}
+	for _, s := range w.Slots {
+		if s == slot {
+			return true
+		}
+	}
+	return false
 }
 
 // waitersDir returns the registry directory of the lock at lockPath, splitting
@@ -217,33 +326,52 @@ var errNotRegular = errors.New("gpulock: registry entry is not a regular file")
 
 // readEntry reads one registry entry without following a symlink and without
 // blocking on a FIFO, failing if it is not a regular file or holds more than
-// maxWaiterEntrySize bytes.
-func readEntry(path string) ([]byte, error) {
+// maxWaiterEntrySize bytes. locked reports whether someone holds a write
+// lock on it (see writeLocked); uid is the file's owner.
+func readEntry(path string) (data []byte, locked bool, uid uint32, err error) {
 	st, err := os.Lstat(path)
 	if err != nil {
-		return nil, err
+		return nil, false, 0, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, errNotRegular
+		return nil, false, 0, errNotRegular
 	}
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, false, 0, err
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	// Checked again on what was opened, in case the name changed meanwhile.
-	if fst, err := f.Stat(); err != nil || !fst.Mode().IsRegular() {
-		return nil, errNotRegular
+	var fst syscall.Stat_t
+	if err := syscall.Fstat(fd, &fst); err != nil || fst.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, false, 0, errNotRegular
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxWaiterEntrySize+1))
+	locked = writeLocked(fd)
+	data, err = io.ReadAll(io.LimitReader(f, maxWaiterEntrySize+1))
 	if err != nil {
-		return nil, err
+		return nil, false, 0, err
 	}
 	if len(data) > maxWaiterEntrySize {
-		return nil, errTooLarge
+		return nil, false, 0, errTooLarge
 	}
-	return data, nil
+	return data, locked, fst.Uid, nil
+}
+
+// writeLocked reports whether another open file description holds a write
+// lock on the file open at fd: F_OFD_GETLK asks for a read lock over the
+// whole file and reports F_UNLCK when nothing conflicts, and only a write
+// lock conflicts with a read lock. It takes no lock itself. A failed probe
+// reads as not locked, as offload-lock judges it.
+func writeLocked(fd int) bool {
+	lk := syscall.Flock_t{Type: syscall.F_RDLCK, Whence: 0, Start: 0, Len: 0}
+	for {
+		err := syscall.FcntlFlock(uintptr(fd), fOFDGetlk, &lk)
+		if err == syscall.EINTR {
+			continue
+		}
+		return err == nil && lk.Type != syscall.F_UNLCK
+	}
 }
 
 // waiterRecord is one decoded registry entry.
@@ -256,6 +384,11 @@ type waiterRecord struct {
 	procTicks uint64
 	gpu       int
 	gpus      int
+	priority  int
+	expectMs  int64
+	queuedUs  int64
+	pidNS     uint64
+	slots     []int
 }
 
 // utf8BOM is skipped at the start of an entry, as offload-lock's JSON parser
@@ -270,7 +403,12 @@ var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 // when absent or of another type: label, host and bootId "" unless strings;
 // since 0 unless an integer (2^63..2^64-1 wrap round to negative values);
 // procTicks 0 unless a non-negative integer; gpu -1 unless an integer in
-// 0..1023 (null included); gpus 1 unless an integer in 1..1024.
+// 0..1023 (null included); gpus 1 unless an integer in 1..1024; priority 0
+// unless an integer, clamped to -100..100; expectMs 0 unless a positive
+// integer; queuedUs 0 unless an integer; pidNs 0 unless a non-negative
+// integer; slots nil unless an array of at most 64, keeping its integers in
+// 0..1023. Integers of 2^63..2^64-1 wrap round to negative values wherever
+// a signed one is read, as in offload-lock.
 func parseWaiterRecord(data []byte) (waiterRecord, bool) {
 	data = bytes.TrimPrefix(data, utf8BOM)
 	// encoding/json would replace invalid UTF-8 and unpaired surrogate
@@ -291,12 +429,8 @@ func parseWaiterRecord(data []byte) (waiterRecord, bool) {
 	r.label = rawString(obj["label"])
 	r.host = rawString(obj["host"])
 	r.bootID = rawString(obj["bootId"])
-	if v, ok := rawInt(obj["since"]); ok {
+	if v, ok := rawWrappedInt(obj["since"]); ok {
 		r.since = v
-	} else if u, ok := rawUint(obj["since"]); ok {
-		// 2^63 and up: offload-lock reads these as an int64 too, wrapping
-		// round to a negative value.
-		r.since = int64(u)
 	}
 	if v, ok := rawUint(obj["procTicks"]); ok {
 		r.procTicks = v
@@ -306,6 +440,31 @@ func parseWaiterRecord(data []byte) (waiterRecord, bool) {
 	}
 	if v, ok := rawInt(obj["gpus"]); ok && v >= 1 && v <= maxGPUSlots {
 		r.gpus = int(v)
+	}
+	if v, ok := rawWrappedInt(obj["priority"]); ok {
+		if v < minPriority {
+			v = minPriority
+		} else if v > maxPriority {
+			v = maxPriority
+		}
+		r.priority = int(v)
+	}
+	if v, ok := rawWrappedInt(obj["expectMs"]); ok && v > 0 {
+		r.expectMs = v
+	}
+	if v, ok := rawWrappedInt(obj["queuedUs"]); ok {
+		r.queuedUs = v
+	}
+	if v, ok := rawUint(obj["pidNs"]); ok {
+		r.pidNS = v
+	}
+	var slots []json.RawMessage
+	if json.Unmarshal(obj["slots"], &slots) == nil && len(slots) <= maxListedSlots {
+		for _, raw := range slots {
+			if v, ok := rawInt(raw); ok && v >= 0 && v < maxGPUSlots {
+				r.slots = append(r.slots, int(v))
+			}
+		}
 	}
 	return r, true
 }
@@ -355,6 +514,19 @@ func rawInt(raw json.RawMessage) (int64, bool) {
 	}
 	v, err := strconv.ParseInt(string(raw), 10, 64)
 	return v, err == nil
+}
+
+// rawWrappedInt returns raw as an int64 when it is a JSON integer literal
+// that fits an int64 or a uint64; 2^63 and up wrap round to negative values,
+// as offload-lock reads them.
+func rawWrappedInt(raw json.RawMessage) (int64, bool) {
+	if v, ok := rawInt(raw); ok {
+		return v, true
+	}
+	if u, ok := rawUint(raw); ok {
+		return int64(u), true
+	}
+	return 0, false
 }
 
 // rawUint returns raw as a uint64 when it is a non-negative JSON integer
@@ -457,6 +629,42 @@ func readProcStat(pid int) (state byte, startTicks uint64, ok bool) {
 		return 0, 0, false
 	}
 	return fields[0][0], ticks, true
+}
+
+// processUID returns the owner of /proc/<pid> (the process's effective uid;
+// root for one that is not dumpable). ok is false when it cannot be read,
+// or when /proc is not of this process's pid namespace (its pids would name
+// other processes).
+func processUID(pid int) (uid uint32, ok bool) {
+	if pid <= 0 || !procIsOwn() {
+		return 0, false
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/"+strconv.Itoa(pid), &st); err != nil {
+		return 0, false
+	}
+	return st.Uid, true
+}
+
+// procIsOwn reports whether /proc shows this process's pid namespace:
+// /proc/self names this process's pid.
+func procIsOwn() bool {
+	self, err := os.Readlink("/proc/self")
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(self)
+	return err == nil && pid == os.Getpid()
+}
+
+// currentPidNamespace returns the id of this process's pid namespace (the
+// inode number of /proc/self/ns/pid), or 0 when it cannot be read.
+func currentPidNamespace() uint64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(pidNamespacePath, &st); err != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 // currentBootID returns this boot's id, trimmed, or "" when it cannot be read.

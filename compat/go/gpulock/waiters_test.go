@@ -21,6 +21,11 @@ import (
 // is <tmp>/gpu.lock, its registry <tmp>/.gpu.lock.waiters.
 
 const (
+	// farPID+n is the pid of an entry from another host: above any pid
+	// this kernel can hand out (PID_MAX_LIMIT), so that no local process,
+	// of whatever owner, is named by it.
+	farPID = 4194304
+
 	regLockName = "gpu.lock"
 	regDirName  = ".gpu.lock.waiters"
 	sinceBase   = int64(1764470000000)
@@ -103,6 +108,9 @@ type rec struct {
 	gpus  string // JSON text; "" means 1
 	boot  string
 	ticks uint64
+	// more is raw JSON text of further keys, each with its leading comma
+	// (`,"priority":5`).
+	more string
 }
 
 func (r rec) json() string {
@@ -113,8 +121,8 @@ func (r rec) json() string {
 	if gpus == "" {
 		gpus = "1"
 	}
-	return fmt.Sprintf(`{"pid":%s,"label":%q,"host":%q,"since":%d,"gpu":%s,"gpus":%s,"bootId":%q,"procTicks":%d}`,
-		r.pid, r.label, r.host, r.since, gpu, gpus, r.boot, r.ticks) + "\n"
+	return fmt.Sprintf(`{"pid":%s,"label":%q,"host":%q,"since":%d,"gpu":%s,"gpus":%s,"bootId":%q,"procTicks":%d%s}`,
+		r.pid, r.label, r.host, r.since, gpu, gpus, r.boot, r.ticks, r.more) + "\n"
 }
 
 // file is one directory entry of a registry to create.
@@ -125,6 +133,12 @@ type file struct {
 	link string
 	// fifo makes name a FIFO; dir makes it a directory.
 	fifo, dir bool
+	// A regular file is kept write-locked (an OFD lock of this test
+	// process, as a live waiter keeps its entry) until the test ends,
+	// unless unlocked; readLocked puts a read lock on it instead.
+	unlocked, readLocked bool
+	// chown, when not 0, gives the file to that uid (as root only).
+	chown int
 }
 
 // writeRegistry creates the registry directory under tmp with the files.
@@ -145,11 +159,57 @@ func writeRegistry(t *testing.T, regDir string, files []file) {
 			err = os.Mkdir(p, 0o700)
 		default:
 			err = os.WriteFile(p, []byte(f.data), 0o600)
+			if err == nil && f.chown != 0 {
+				err = os.Lchown(p, f.chown, f.chown)
+			}
+			if err == nil && !f.unlocked {
+				lockEntry(t, p, f.readLocked)
+			}
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// fOFDSetlk is F_OFD_SETLK on Linux.
+const fOFDSetlk = 37
+
+// lockEntry takes an OFD lock on the whole file at p (a write lock, or a
+// read lock when read is set) through a descriptor of its own, held until
+// the test ends. An OFD lock belongs to that open file description, so the
+// package's probe through another descriptor sees it even from this same
+// process, as it sees a waiter's.
+func lockEntry(t *testing.T, p string, read bool) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+	if read {
+		lk.Type = syscall.F_RDLCK
+	}
+	if err := syscall.FcntlFlock(f.Fd(), fOFDSetlk, &lk); err != nil {
+		t.Fatalf("F_OFD_SETLK on %s: %v", p, err)
+	}
+}
+
+// qwant is a Waiter's place in the queue.
+type qwant struct {
+	pid      int
+	position int
+	priority int
+	expectMs int64
+}
+
+func gotQueue(ws []Waiter) []qwant {
+	var out []qwant
+	for _, w := range ws {
+		out = append(out, qwant{w.PID, w.Position, w.Priority, w.ExpectMs})
+	}
+	return out
 }
 
 // want is the expected part of a Waiter (Waited is checked separately).
@@ -180,9 +240,12 @@ type waiterCase struct {
 	files []file
 	// noDir: the registry directory is not created at all.
 	noDir bool
-	// needBoot: the row depends on reading this boot's id.
-	needBoot bool
-	want     []want
+	// needBoot: the row depends on reading this boot's id; needNS on
+	// reading this process's pid namespace; needRoot on giving files away.
+	needBoot, needNS, needRoot bool
+	want                       []want
+	// queue, when not nil, is each waiter's place in the queue, in order.
+	queue []qwant
 }
 
 // waiterCases builds the table rows. Its entries refer to this test process
@@ -197,6 +260,7 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 	boot := thisBootID()
 	dead := deadPID(t)
 	zombie := zombiePID(t)
+	ns := currentPidNamespace()
 
 	// live is an entry of this test process, as offload-lock would write it
 	// for itself.
@@ -251,11 +315,42 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 			{name: entryName(self, 2), data: liveJSON},
 			{name: selfS + "-0123456789AB.json", data: liveJSON},
 		}, want: []want{liveWant}},
-		{name: "pid in the name is not checked", files: []file{{name: entryName(dead, 1), data: liveJSON}}, want: []want{liveWant}},
+		{name: "pid in the name must be the entry's", files: []file{{name: entryName(dead, 1), data: liveJSON}}},
+		{name: "pid in the name with a leading zero", files: []file{{name: "0" + entryName(self, 1), data: liveJSON}}},
+
+		// The write lock is the proof of life.
+		{name: "entry not write-locked", files: []file{{name: entryName(self, 1), data: liveJSON, unlocked: true}}},
+		{name: "entry only read-locked", files: []file{{name: entryName(self, 1), data: liveJSON, readLocked: true}}},
+		{name: "other host, not write-locked", files: []file{{name: entryName(dead, 1), unlocked: true,
+			data: rec{pid: strconv.Itoa(dead), label: "far", host: host + "-elsewhere", since: sinceBase}.json()}}},
+		{name: "locked entry beside an unlocked one", files: []file{
+			{name: entryName(self, 1), data: with(live, func(r *rec) { r.label = "gone"; r.more = `,"priority":50` }).json(), unlocked: true},
+			{name: entryName(self, 2), data: liveJSON},
+		}, want: []want{liveWant}, queue: []qwant{{self, 1, 0, 0}}},
+
+		// Only the process's own user (or root) writes its entry: a file of
+		// another user naming a process here is a forgery, however locked.
+		{name: "another user's entry for this process", needRoot: true,
+			files: []file{{name: entryName(self, 1), data: liveJSON, chown: 65534}}},
+		{name: "another user's entry for a pid that is not here", needRoot: true,
+			files: []file{{name: entryName(farPID, 1), data: rec{pid: strconv.Itoa(farPID), label: "far", host: "far"}.json(), chown: 65534}},
+			want:  []want{{farPID, "far", "far", 0, -1, 1}}},
+		{name: "another user's entry from another pid namespace", needRoot: true, needNS: true,
+			files: []file{{name: entryName(self, 1), data: with(live, func(r *rec) { r.more = fmt.Sprintf(`,"pidNs":%d`, ns+1) }).json(), chown: 65534}},
+			want:  []want{liveWant}},
+
+		// Another pid namespace: its pid means nothing here, the lock decides.
+		{name: "other pid namespace, dead pid here", needNS: true,
+			files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = fmt.Sprintf(`,"pidNs":%d`, ns+1) }).json()}},
+			want:  []want{{dead, "live", host, sinceBase, -1, 1}}},
+		{name: "this pid namespace, dead pid", needNS: true,
+			files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = fmt.Sprintf(`,"pidNs":%d`, ns) }).json()}}},
+		{name: "pidNs 0 is unknown", files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = `,"pidNs":0` }).json()}}},
+		{name: "pidNs negative is ignored", files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = `,"pidNs":-7` }).json()}}},
 
 		// Size.
-		{name: "entry at the 64 KiB cap", files: raw(atCap), want: []want{liveWant}},
-		{name: "entry over the 64 KiB cap", files: raw(overCap)},
+		{name: "entry at the 4 KiB cap", files: raw(atCap), want: []want{liveWant}},
+		{name: "entry over the 4 KiB cap", files: raw(overCap)},
 
 		// Content that is not one object with a positive int pid.
 		{name: "empty file", files: raw("")},
@@ -285,7 +380,7 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		{name: "pid integral float", files: one(with(live, func(r *rec) { r.pid = selfS + ".0" }))},
 		{name: "pid exponent", files: one(with(live, func(r *rec) { r.pid = selfS + "e0" }))},
 		{name: "pid 2^31", files: one(with(live, func(r *rec) { r.pid = "2147483648"; r.host = host + "-elsewhere" }))},
-		{name: "pid 2^31-1 (other host)", files: one(with(live, func(r *rec) { r.pid = "2147483647"; r.host = "far" })),
+		{name: "pid 2^31-1 (other host)", files: []file{{name: entryName(2147483647, 1), data: with(live, func(r *rec) { r.pid = "2147483647"; r.host = "far" }).json()}},
 			want: []want{{2147483647, "live", "far", sinceBase, -1, 1}}},
 		{name: "pid 2^64", files: one(with(live, func(r *rec) { r.pid = "18446744073709551616"; r.host = "far" }))},
 		{name: "key PID is not pid", files: raw(`{"PID":` + selfS + `}`)},
@@ -309,23 +404,59 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		{name: "gpu and gpus as floats", files: one(with(live, func(r *rec) { r.gpu, r.gpus = "2.0", "4.0" })), want: []want{liveWant}},
 		{name: "gpus without gpu", files: one(with(live, func(r *rec) { r.gpus = "8" })), want: []want{{self, "live", host, sinceBase, -1, 8}}},
 
-		// Ordering: since, then pid.
-		{name: "oldest first, then by pid", files: []file{
-			{name: entryName(self, 1), data: with(live, func(r *rec) { r.since = sinceBase + 300; r.label = "c" }).json()},
-			{name: entryName(50, 2), data: rec{pid: "50", label: "b", host: "far", since: sinceBase + 100}.json()},
-			{name: entryName(self, 3), data: with(live, func(r *rec) { r.since = sinceBase + 200; r.label = "d" }).json()},
-			{name: entryName(40, 4), data: rec{pid: "40", label: "a", host: "far", since: sinceBase + 100}.json()},
-			{name: entryName(dead, 5), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.since = sinceBase; r.ticks = 0 }).json()},
-			{name: entryName(60, 6), data: rec{pid: "60", label: "e", host: "far", since: sinceBase + 1000}.json()},
-			{name: entryName(7, 7), data: rec{pid: "7", label: "f", host: "far", since: sinceBase + 1000}.json()},
+		// priority and expectMs, read as offload-lock reads them.
+		{name: "priority and expectMs", files: one(with(live, func(r *rec) { r.more = `,"priority":7,"expectMs":60000` })),
+			want: []want{liveWant}, queue: []qwant{{self, 1, 7, 60000}}},
+		{name: "priority clamped high", files: one(with(live, func(r *rec) { r.more = `,"priority":500` })), queue: []qwant{{self, 1, 100, 0}}, want: []want{liveWant}},
+		{name: "priority clamped low", files: one(with(live, func(r *rec) { r.more = `,"priority":-101` })), queue: []qwant{{self, 1, -100, 0}}, want: []want{liveWant}},
+		{name: "priority 2^64-1 wraps", files: one(with(live, func(r *rec) { r.more = `,"priority":18446744073709551615` })), queue: []qwant{{self, 1, -1, 0}}, want: []want{liveWant}},
+		{name: "priority not an integer", files: one(with(live, func(r *rec) { r.more = `,"priority":1.5,"expectMs":"60000"` })), queue: []qwant{{self, 1, 0, 0}}, want: []want{liveWant}},
+		{name: "priority integral float ignored", files: one(with(live, func(r *rec) { r.more = `,"priority":5.0,"expectMs":6e4` })), queue: []qwant{{self, 1, 0, 0}}, want: []want{liveWant}},
+		{name: "expectMs 0, negative, null", files: []file{
+			{name: entryName(self, 1), data: with(live, func(r *rec) { r.more = `,"expectMs":0,"queuedUs":1` }).json()},
+			{name: entryName(self, 2), data: with(live, func(r *rec) { r.more = `,"expectMs":-5,"queuedUs":2` }).json()},
+			{name: entryName(self, 3), data: with(live, func(r *rec) { r.more = `,"expectMs":null,"queuedUs":3` }).json()},
+		}, want: []want{liveWant, liveWant, liveWant}, queue: []qwant{{self, 1, 0, 0}, {self, 2, 0, 0}, {self, 3, 0, 0}}},
+
+		// Serving order: priority, then queuedUs, then pid, then name; since
+		// does not count. Positions per slot; a wait among slots has none.
+		{name: "served by priority, then arrival, then pid, then name", files: []file{
+			{name: entryName(self, 1), data: with(live, func(r *rec) { r.label = "c"; r.since = 1; r.more = `,"queuedUs":300` }).json()},
+			{name: entryName(4194354, 2), data: rec{pid: "4194354", label: "b", host: "far", since: sinceBase + 100, more: `,"queuedUs":100`}.json()},
+			{name: entryName(self, 3), data: with(live, func(r *rec) { r.label = "d"; r.more = `,"queuedUs":200,"priority":-10` }).json()},
+			{name: entryName(4194344, 4), data: rec{pid: "4194344", label: "a", host: "far", since: sinceBase + 900, more: `,"queuedUs":100`}.json()},
+			{name: entryName(dead, 5), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = `,"priority":99` }).json()},
+			{name: entryName(4194364, 6), data: rec{pid: "4194364", label: "e", host: "far", since: sinceBase, more: `,"queuedUs":1000,"priority":10,"expectMs":5000`}.json()},
+			{name: entryName(4194311, 7), data: rec{pid: "4194311", label: "f", host: "far", since: sinceBase, gpu: "1", gpus: "2", more: `,"queuedUs":1000`}.json()},
+			{name: entryName(4194311, 8), data: rec{pid: "4194311", label: "g", host: "far", since: sinceBase, more: `,"queuedUs":1000`}.json()},
+			{name: entryName(4194312, 9), data: rec{pid: "4194312", label: "h", host: "far", since: sinceBase, gpus: "2", more: `,"queuedUs":5`}.json()},
+			{name: entryName(4194313, 10), data: rec{pid: "4194313", label: "i", host: "far", since: sinceBase, gpu: "1", gpus: "2", more: `,"queuedUs":7`}.json()},
 		}, want: []want{
-			{40, "a", "far", sinceBase + 100, -1, 1},
-			{50, "b", "far", sinceBase + 100, -1, 1},
-			{self, "d", host, sinceBase + 200, -1, 1},
-			{self, "c", host, sinceBase + 300, -1, 1},
-			{7, "f", "far", sinceBase + 1000, -1, 1},
-			{60, "e", "far", sinceBase + 1000, -1, 1},
-		}},
+			{4194364, "e", "far", sinceBase, -1, 1},
+			{4194312, "h", "far", sinceBase, -1, 2},
+			{4194313, "i", "far", sinceBase, 1, 2},
+			{4194344, "a", "far", sinceBase + 900, -1, 1},
+			{4194354, "b", "far", sinceBase + 100, -1, 1},
+			{self, "c", host, 1, -1, 1},
+			{4194311, "f", "far", sinceBase, 1, 2},
+			{4194311, "g", "far", sinceBase, -1, 1},
+			{self, "d", host, sinceBase, -1, 1},
+		}, queue: []qwant{{4194364, 1, 10, 5000}, {4194312, 2, 0, 0}, {4194313, 2, 0, 0}, {4194344, 3, 0, 0}, {4194354, 4, 0, 0}, {self, 5, 0, 0}, {4194311, 3, 0, 0}, {4194311, 6, 0, 0}, {self, 7, -10, 0}}},
+		// A wait among several slots restricted to some ("slots") is ahead
+		// only of those that would take one of them.
+		{name: "slots restrict a wait among several", files: []file{
+			{name: entryName(4194305, 1), data: rec{pid: "4194305", host: "far", gpus: "4", more: `,"queuedUs":1,"slots":[2,3]`}.json()},
+			{name: entryName(4194306, 2), data: rec{pid: "4194306", host: "far", gpu: "0", gpus: "4", more: `,"queuedUs":2`}.json()},
+			{name: entryName(4194307, 3), data: rec{pid: "4194307", host: "far", gpu: "3", gpus: "4", more: `,"queuedUs":3`}.json()},
+			{name: entryName(4194308, 4), data: rec{pid: "4194308", host: "far", gpus: "4", more: `,"queuedUs":4,"slots":[0,"1",1.0,1024,-1]`}.json()},
+			{name: entryName(4194309, 5), data: rec{pid: "4194309", host: "far", gpus: "4", more: `,"queuedUs":5,"slots":[]`}.json()},
+			{name: entryName(4194310, 6), data: rec{pid: "4194310", host: "far", gpu: "1", gpus: "4", more: `,"queuedUs":6,"slots":[1,2]`}.json()},
+			{name: entryName(4194311, 7), data: rec{pid: "4194311", host: "far", gpus: "4", more: `,"queuedUs":7,"slots":[9]`}.json()},
+			{name: entryName(4194312, 8), data: rec{pid: "4194312", host: "far", gpus: "2", more: `,"queuedUs":8,"slots":null`}.json()},
+		}, want: []want{
+			{4194305, "", "far", 0, -1, 4}, {4194306, "", "far", 0, 0, 4}, {4194307, "", "far", 0, 3, 4}, {4194308, "", "far", 0, -1, 4},
+			{4194309, "", "far", 0, -1, 4}, {4194310, "", "far", 0, 1, 4}, {4194311, "", "far", 0, -1, 4}, {4194312, "", "far", 0, -1, 2},
+		}, queue: []qwant{{4194305, 1, 0, 0}, {4194306, 1, 0, 0}, {4194307, 2, 0, 0}, {4194308, 2, 0, 0}, {4194309, 5, 0, 0}, {4194310, 2, 0, 0}, {4194311, 1, 0, 0}, {4194312, 5, 0, 0}}},
 
 		// File types: only regular files are read, never through a link.
 		{name: "symlinked entry", files: []file{{name: entryName(self, 1), link: "../target.json"}}},
@@ -333,15 +464,14 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		{name: "directory named as an entry", files: []file{{name: entryName(self, 1), dir: true}}},
 		{name: "FIFO named as an entry", files: []file{{name: entryName(self, 1), fifo: true}}},
 	}
-	if boot == "" {
-		for i := range cases {
-			if cases[i].needBoot {
-				cases = append(cases[:i], cases[i+1:]...)
-				break
-			}
+	kept := cases[:0]
+	for _, c := range cases {
+		if (c.needBoot && boot == "") || (c.needNS && ns == 0) || (c.needRoot && os.Geteuid() != 0) {
+			continue
 		}
+		kept = append(kept, c)
 	}
-	return cases, liveJSON
+	return kept, liveJSON
 }
 
 // setUpCase writes the case's registry in a new temporary directory and
@@ -365,6 +495,9 @@ func TestWaiters(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got := listWithin(t, setUpCase(t, tc, liveJSON))
 			checkWaiters(t, got, tc.want)
+			if tc.queue != nil && fmt.Sprint(gotQueue(got)) != fmt.Sprint(tc.queue) {
+				t.Fatalf("queue %v\nwant  %v", gotQueue(got), tc.queue)
+			}
 		})
 	}
 }
@@ -392,28 +525,43 @@ func TestWaitersMatchesOffloadLock(t *testing.T) {
 			}
 			var board struct {
 				Waiters []struct {
-					PID   int    `json:"pid"`
-					Label string `json:"label"`
-					Host  string `json:"host"`
-					Since int64  `json:"since"`
-					GPU   *int   `json:"gpu"`
-					GPUs  int    `json:"gpus"`
+					PID      int    `json:"pid"`
+					Label    string `json:"label"`
+					Host     string `json:"host"`
+					Since    int64  `json:"since"`
+					GPU      *int   `json:"gpu"`
+					GPUs     int    `json:"gpus"`
+					Position *int   `json:"position"`
+					Priority int    `json:"priority"`
+					ExpectMs *int64 `json:"expectMs"`
 				} `json:"waiters"`
 			}
 			if err := json.Unmarshal(stdout.Bytes(), &board); err != nil {
 				t.Fatalf("status output %q: %v", stdout.String(), err)
 			}
 			var theirs []want
+			var theirQueue []qwant
 			for _, w := range board.Waiters {
 				gpu := -1
 				if w.GPU != nil {
 					gpu = *w.GPU
 				}
 				theirs = append(theirs, want{w.PID, w.Label, w.Host, w.Since, gpu, w.GPUs})
+				q := qwant{pid: w.PID, priority: w.Priority}
+				if w.Position != nil {
+					q.position = *w.Position
+				}
+				if w.ExpectMs != nil {
+					q.expectMs = *w.ExpectMs
+				}
+				theirQueue = append(theirQueue, q)
 			}
-			ours := gotWants(listWithin(t, lockPath))
-			if fmt.Sprint(ours) != fmt.Sprint(theirs) {
+			got := listWithin(t, lockPath)
+			if ours := gotWants(got); fmt.Sprint(ours) != fmt.Sprint(theirs) {
 				t.Fatalf("Waiters %v\noffload-lock %v", ours, theirs)
+			}
+			if ours := gotQueue(got); fmt.Sprint(ours) != fmt.Sprint(theirQueue) {
+				t.Fatalf("Waiters' queue %v\noffload-lock's %v", ours, theirQueue)
 			}
 		})
 	}
@@ -458,34 +606,55 @@ func checkWaiters(t *testing.T, got []Waiter, wantList []want) {
 	}
 }
 
-// TestWaitersOrder checks the order on many ties, written in shuffled order
-// under random names, so that the directory's own order cannot pass for it.
+// TestWaitersOrder checks the serving order on many ties (priority, then
+// queuedUs, then pid, then name), written in shuffled order under shuffled
+// names, so that neither the directory's order nor since can pass for it.
 func TestWaitersOrder(t *testing.T) {
 	tmp := t.TempDir()
-	var wantList []want
-	for g := int64(0); g < 3; g++ {
-		for pid := 100; pid < 120; pid++ {
-			wantList = append(wantList, want{pid, "", "far", sinceBase + g, -1, 1})
+	type key struct {
+		priority int
+		queued   int64
+		pid      int
+		n        int // the name's hex part
+	}
+	var keys []key
+	for _, p := range []int{10, 0, -3} {
+		for q := int64(0); q < 3; q++ {
+			for pid := farPID + 100; pid < farPID+104; pid++ {
+				for n := 0; n < 2; n++ {
+					keys = append(keys, key{p, 1000 + q, pid, n})
+				}
+			}
 		}
+	}
+	// keys is in serving order already.
+	var wantList []qwant
+	for _, k := range keys {
+		wantList = append(wantList, qwant{k.pid, len(wantList) + 1, k.priority, 0})
 	}
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	var files []file
-	for i, k := range rng.Perm(len(wantList)) {
-		w := wantList[k]
+	for _, i := range rng.Perm(len(keys)) {
+		k := keys[i]
 		files = append(files, file{
-			name: fmt.Sprintf("%d-%012x.json", w.pid, rng.Int63n(1<<40)<<8|int64(i)),
-			data: rec{pid: strconv.Itoa(w.pid), host: w.host, since: w.since}.json(),
+			// Among ties the name decides, and i grows in serving order.
+			name: entryName(k.pid, i),
+			// since runs against the order, to show it does not count.
+			data: rec{pid: strconv.Itoa(k.pid), host: "far", since: sinceBase - int64(i),
+				more: fmt.Sprintf(`,"priority":%d,"queuedUs":%d`, k.priority, k.queued)}.json(),
 		})
 	}
 	writeRegistry(t, filepath.Join(tmp, regDirName), files)
-	checkWaiters(t, Waiters(filepath.Join(tmp, regLockName)), wantList)
+	if got := gotQueue(Waiters(filepath.Join(tmp, regLockName))); fmt.Sprint(got) != fmt.Sprint(wantList) {
+		t.Fatalf("got  %v\nwant %v", got, wantList)
+	}
 }
 
 func TestWaitersWaitedNeverNegative(t *testing.T) {
 	tmp := t.TempDir()
 	future := time.Now().Add(time.Hour).UnixMilli()
 	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
-		{name: entryName(1, 1), data: rec{pid: "1", label: "future", host: "far", since: future}.json()},
+		{name: entryName(farPID+1, 1), data: rec{pid: strconv.Itoa(farPID + 1), label: "future", host: "far", since: future}.json()},
 	})
 	got := Waiters(filepath.Join(tmp, regLockName))
 	if len(got) != 1 || got[0].Waited != 0 || got[0].Since.UnixMilli() != future {
@@ -495,7 +664,7 @@ func TestWaitersWaitedNeverNegative(t *testing.T) {
 	recent := time.Now().Add(-time.Minute)
 	tmp = t.TempDir()
 	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
-		{name: entryName(1, 1), data: rec{pid: "1", host: "far", since: recent.UnixMilli()}.json()},
+		{name: entryName(farPID+1, 1), data: rec{pid: strconv.Itoa(farPID + 1), host: "far", since: recent.UnixMilli()}.json()},
 	})
 	got = Waiters(filepath.Join(tmp, regLockName))
 	if len(got) != 1 || got[0].Waited < time.Minute-time.Second || got[0].Waited > time.Minute+10*time.Second {
@@ -577,7 +746,7 @@ func TestWaitersEntryCap(t *testing.T) {
 		files = append(files, file{name: fmt.Sprintf("other-%d", i), data: "{}"})
 	}
 	for i := 0; i < maxWaiterEntries; i++ {
-		files = append(files, file{name: entryName(i+1, i), data: rec{pid: strconv.Itoa(i + 1), host: "far", since: sinceBase + int64(i)}.json()})
+		files = append(files, file{name: entryName(farPID+i+1, i), data: rec{pid: strconv.Itoa(farPID + i + 1), host: "far", since: sinceBase + int64(i)}.json()})
 	}
 	writeRegistry(t, reg, files)
 	lockPath := filepath.Join(tmp, regLockName)
@@ -586,15 +755,15 @@ func TestWaitersEntryCap(t *testing.T) {
 		t.Fatalf("%d entries: got %d waiters, want all", maxWaiterEntries, len(got))
 	}
 	for i := range got {
-		if got[i].PID != i+1 {
-			t.Fatalf("waiter %d has pid %d, want %d (oldest first)", i, got[i].PID, i+1)
+		if got[i].PID != farPID+i+1 {
+			t.Fatalf("waiter %d has pid %d, want %d (oldest first)", i, got[i].PID, farPID+i+1)
 		}
 	}
 
 	// Past the cap, the extra entries are not considered.
 	writeRegistry(t, reg, []file{
-		{name: entryName(90001, 1), data: rec{pid: "90001", host: "far", since: 1}.json()},
-		{name: entryName(90002, 2), data: rec{pid: "90002", host: "far", since: 2}.json()},
+		{name: entryName(farPID+90001, 1), data: rec{pid: strconv.Itoa(farPID + 90001), host: "far", since: 1}.json()},
+		{name: entryName(farPID+90002, 2), data: rec{pid: strconv.Itoa(farPID + 90002), host: "far", since: 2}.json()},
 	})
 	if got := Waiters(lockPath); len(got) != maxWaiterEntries {
 		t.Fatalf("%d entries: got %d waiters, want %d", maxWaiterEntries+2, len(got), maxWaiterEntries)
@@ -629,7 +798,7 @@ func TestWaitersDir(t *testing.T) {
 func TestWaitersRelativeLockPath(t *testing.T) {
 	tmp := t.TempDir()
 	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
-		{name: entryName(1, 1), data: rec{pid: "1", label: "rel", host: "far"}.json()},
+		{name: entryName(farPID+1, 1), data: rec{pid: strconv.Itoa(farPID + 1), label: "rel", host: "far"}.json()},
 	})
 	wd, err := os.Getwd()
 	if err != nil {

@@ -9,7 +9,7 @@ import { acquireGpuLock, acquireSync, inspect, releaseSync } from '../index.mjs'
 import { INDEX_URL, T, cleanEnv, deadPid, makeLock, nodeEvalSync, readMetaFile, tempDir, waitFor } from './helpers.mjs';
 
 const SLOT_KEYS = ['path', 'held', 'pid', 'startedAt', 'heldForMs', 'label', 'host', 'token', 'stale', 'ownerUid',
-  'v1Stale', 'otherPidNamespace', 'gpu', 'device', 'priority', 'expectMs', 'freeInMs'];
+  'v1Stale', 'otherPidNamespace', 'gpu', 'device', 'priority', 'expectMs', 'freeInMs', 'yieldRequested'];
 const KEYS = [...SLOT_KEYS, 'slots', 'waiters'].sort();
 
 test('inspect on a free lock: held false, every other value null (or false)', T, (t) => {
@@ -19,12 +19,12 @@ test('inspect on a free lock: held false, every other value null (or false)', T,
   const slot = {
     path: lock, held: false, pid: null, startedAt: null, heldForMs: null,
     label: null, host: null, token: null, stale: null, ownerUid: null, v1Stale: null, otherPidNamespace: false,
-    gpu: 0, device: null, priority: null, expectMs: null, freeInMs: 0,
+    gpu: 0, device: null, priority: null, expectMs: null, freeInMs: 0, yieldRequested: null,
   };
   assert.deepEqual(s, { ...slot, slots: [slot], waiters: [] });
 });
 
-test('inspect lists the offload-lock processes waiting for the lock, oldest first', T, async (t) => {
+test('inspect lists the offload-lock processes waiting for the lock, in queue order', T, async (t) => {
   const lock = path.join(tempDir(t), 'gpu.lock');
   const h = await acquireGpuLock({ lockPath: lock, waitMs: 0, label: 'holder' });
   const first = acquireGpuLock({ lockPath: lock, label: 'first-in-line' });
@@ -39,8 +39,12 @@ test('inspect lists the offload-lock processes waiting for the lock, oldest firs
     assert.ok(w.since <= Date.now() && w.waitedMs >= 0, JSON.stringify(w));
     assert.equal(w.gpu, null);
     assert.equal(w.gpus, 1);
+    assert.equal(w.priority, 0);
+    assert.equal(w.expectMs, null);
+    assert.equal(w.etaMs, null, 'the holder declared no duration');
   }
-  // Either may win once the holder leaves; each releases as soon as it holds.
+  assert.deepEqual(s.waiters.map((w) => w.position), [1, 2]);
+  // Each releases as soon as it holds.
   const done = [first, second].map((p) => p.then((held) => held.release()));
   h.release();
   await Promise.all(done);

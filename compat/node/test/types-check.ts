@@ -22,6 +22,8 @@ import {
   withGpuLock,
 } from 'offload-lock';
 import type {
+  AbortError,
+  AbortSignalLike,
   AcquireOptions,
   AcquiredInfo,
   CommandError,
@@ -31,10 +33,15 @@ import type {
   LockInfo,
   LockStatus,
   OffloadLockError,
+  Priority,
+  ProgressHolder,
   ReleaseOptions,
   ReleaseResult,
   SlotStatus,
+  SyncAcquireOptions,
+  WaitProgress,
   Waiter,
+  YieldRequest,
 } from 'offload-lock';
 
 // Exact<A, B> is true only when A and B are the same type (any is not).
@@ -78,9 +85,13 @@ expectType<
     | 'ERR_OFFLOAD_LOCK_SYSTEM'
     | 'ERR_OFFLOAD_LOCK_LOST'
     | 'ERR_OFFLOAD_LOCK_FAILED'
+    | 'ABORT_ERR'
   >
 >();
 expectType<Exact<OffloadLockError['code'], ErrorCode>>();
+expectType<Exact<AbortError['name'], 'AbortError'>>();
+expectType<Exact<AbortError['code'], 'ABORT_ERR'>>();
+expectType<AbortError extends OffloadLockError ? true : false>();
 expectType<
   Exact<
     CommandError['code'],
@@ -102,6 +113,7 @@ function explain(err: unknown): string {
     case 'EBUSY': return 'the GPU stayed busy';
     case 'ENOENT': return `install offload-lock: ${e.message}`;
     case 'ERR_INVALID_ARG_VALUE': return `bad option: ${e.message}`;
+    case 'ABORT_ERR': return 'gave up waiting';
     // @ts-expect-error not a code this package uses
     case 'ETIMEDOUT': return 'never';
     default: {
@@ -114,9 +126,44 @@ function explain(err: unknown): string {
 
 // --- options and results ----------------------------------------------------
 
+expectType<Exact<Priority, number | 'batch' | 'normal' | 'interactive'>>();
 expectType<
-  Exact<AcquireOptions, { lockPath?: string; waitMs?: number; ttlMs?: number; label?: string }>
+  Exact<
+    SyncAcquireOptions,
+    { lockPath?: string; waitMs?: number; ttlMs?: number; label?: string; priority?: Priority; expectMs?: number }
+  >
 >();
+expectType<
+  Exact<
+    AcquireOptions,
+    {
+      lockPath?: string;
+      waitMs?: number;
+      ttlMs?: number;
+      label?: string;
+      priority?: Priority;
+      expectMs?: number;
+      signal?: AbortSignalLike;
+      onProgress?: (progress: WaitProgress) => void;
+    }
+  >
+>();
+expectType<Exact<AbortSignalLike['aborted'], boolean>>();
+expectType<
+  Exact<
+    WaitProgress,
+    { event: 'waiting'; changed: boolean; waitedMs: number; position: number | null; holders: ProgressHolder[] }
+  >
+>();
+expectType<ProgressHolder extends LockInfo ? true : false>();
+expectType<Exact<ProgressHolder['priority'], number | null>>();
+expectType<Exact<ProgressHolder['expectMs'], number | null>>();
+expectType<Exact<ProgressHolder['freeInMs'], number | null>>();
+expectType<Exact<YieldRequest, { pid: number; label: string; priority: number }>>();
+expectType<Exact<SlotStatus['yieldRequested'], YieldRequest | null>>();
+expectType<Exact<SlotStatus['priority'], number | null>>();
+expectType<Exact<SlotStatus['expectMs'], number | null>>();
+expectType<Exact<SlotStatus['freeInMs'], number | null>>();
 expectType<Exact<ReleaseOptions, { lockPath?: string; token?: string }>>();
 expectType<Exact<ReleaseResult, 'released' | 'free' | 'not-owner'>>();
 expectType<
@@ -144,7 +191,19 @@ expectType<Exact<SlotStatus['gpu'], number>>();
 expectType<
   Exact<
     Waiter,
-    { pid: number; label: string; host: string; since: number; waitedMs: number; gpu: number | null; gpus: number }
+    {
+      pid: number;
+      label: string;
+      host: string;
+      since: number;
+      waitedMs: number;
+      gpu: number | null;
+      gpus: number;
+      position: number | null;
+      priority: number;
+      expectMs: number | null;
+      etaMs: number | null;
+    }
   >
 >();
 expectType<Exact<LockStatus['slots'], SlotStatus[]>>();
@@ -194,6 +253,41 @@ async function runner(): Promise<void> {
   // @ts-expect-error no such option
   await acquireGpuLock({ wait: 1000 });
 
+  // The queue: priority, declared duration, abort, progress.
+  const controller = { signal: { aborted: false, addEventListener() {}, removeEventListener() {} } };
+  await acquireGpuLock({ priority: 'interactive', expectMs: 20 * 60 * 1000, signal: controller.signal });
+  await acquireGpuLock({ priority: -10 });
+  // @ts-expect-error not a priority name
+  await acquireGpuLock({ priority: 'urgent' });
+  // @ts-expect-error durations are milliseconds
+  await acquireGpuLock({ expectMs: '20m' });
+  // @ts-expect-error not an AbortSignal
+  await acquireGpuLock({ signal: true });
+  await acquireGpuLock({
+    onProgress(p) {
+      const where: number | null = p.position;
+      const waited: number = p.waitedMs;
+      const who: Array<string | null> = p.holders.map((h) => h.label);
+      const free: Array<number | null> = p.holders.map((h) => h.freeInMs);
+      // @ts-expect-error position may be null
+      const pos: number = p.position;
+      void where, waited, who, free, pos;
+    },
+  });
+  // @ts-expect-error the progress is an object, not a number
+  await acquireGpuLock({ onProgress: (ms: number) => ms });
+  try {
+    await acquireGpuLock({ signal: controller.signal });
+  } catch (err) {
+    if ((err as AbortError).name === 'AbortError') void (err as AbortError).cause;
+  }
+  await withGpuLock({ priority: 'batch', signal: controller.signal, onProgress: () => {} }, () => 1);
+  acquireSync({ priority: 5, expectMs: 1000 });
+  // @ts-expect-error a synchronous wait cannot be aborted
+  acquireSync({ signal: controller.signal });
+  // @ts-expect-error nor report progress
+  acquireSync({ onProgress: () => {} });
+
   const frames: number = await withGpuLock(async (l) => render(l.pid));
   const same: number = await withGpuLock({ waitMs: 0 }, (l: GpuLockHandle) => l.pid);
   const viaNull: string = await withGpuLock(null, () => 'done');
@@ -205,6 +299,11 @@ async function runner(): Promise<void> {
   const other = inspect('/tmp/other.lock');
   const ages: Array<number | null> = other.slots.map((s) => s.heldForMs);
   const queue: string[] = status.waiters.map((w) => `${w.label || 'unnamed'} (pid ${w.pid}) ${w.waitedMs} ms, gpu ${w.gpu ?? 'any'}`);
+  const etas: Array<number | null> = status.waiters.map((w) => w.etaMs);
+  const asked: string = status.yieldRequested ? `${status.yieldRequested.label} (${status.yieldRequested.priority})` : '';
+  // @ts-expect-error yieldRequested may be null
+  const asker: number = status.yieldRequested.pid;
+  void etas, asked, asker;
   if (status.held && status.pid !== null) {
     const pid: number = status.pid;
     void pid;
