@@ -239,10 +239,7 @@ result<lock> acquire_slot(const lock_options& opt, const std::string& base, int 
     }
   }
   std::optional<queue_place> place;
-  if (queue) {
-    place.emplace(opt, base, opt.gpu, opt.gpus, arrived_us, arrived_ms);
-    if (rep) rep->queued();
-  }
+  if (queue) place.emplace(opt, base, opt.gpu, opt.gpus, arrived_us, arrived_ms);
   auto held = acquire_file(std::move(*tr), opt, std::move(*rec), deadline, rep, seen, place ? &*place : nullptr,
                            base, gpu);
   place.reset();  // out of the queue before anyone is told
@@ -280,9 +277,8 @@ result<lock> acquire_any(const lock_options& opt, const std::string& base) {
     if (slot_allowed(opt, k) && (order.empty() || order.front() != k)) order.push_back(k);
 
   const auto slots = static_cast<std::size_t>(n);
-  wait_report rep(opt, base, -1, n);
+  wait_report rep(opt);
   queue_place place(opt, base, -1, n, arrived_us, arrived_ms);
-  rep.queued();
   std::unique_ptr<sys::watcher> w;
   std::vector<armed_lock> armed(slots);
   int queue_id = -1;
@@ -408,7 +404,7 @@ result<lock> acquirer::acquire(const lock_options& opt, const std::string& base)
       return error(errc::bad_input, "allowed GPU slot " + std::to_string(k) + " of " + std::to_string(opt.gpus));
   if (opt.gpus == 1 || opt.gpu >= 0) {
     const int k = std::max(0, opt.gpu);
-    wait_report rep(opt, base, opt.gpu, opt.gpus);
+    wait_report rep(opt);
     return acquire_slot(opt, base, k, &rep, nullptr, true);
   }
   return acquire_any(opt, base);

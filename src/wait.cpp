@@ -12,8 +12,6 @@ namespace offload_lock::detail {
 
 namespace {
 
-// A waiter registers in the waiter registry once it has waited this long.
-constexpr std::int64_t kRegisterAfterMs = 100;
 constexpr int kRoundsBeforePause = 100;
 constexpr std::int64_t kChurnPauseMs = 10;
 
@@ -78,31 +76,9 @@ bool lock_watch::wait_for_change(const target& t, const snapshot& s, const verdi
   return why != sys::watcher::wake::extra_fd;
 }
 
-wait_report::wait_report(const lock_options& o, std::string registry_path, int gpu, int gpus)
-    : opt_(o),
-      registry_path_(std::move(registry_path)),
-      gpu_(gpu),
-      gpus_(gpus),
-      began_mono_(sys::monotonic_ms()),
-      began_wall_(sys::now_ms()) {}
-
-void wait_report::maybe_register() {
-  if (tried_registering_ || !opt_.register_waiter || sys::monotonic_ms() < began_mono_ + kRegisterAfterMs) return;
-  tried_registering_ = true;
-  waiter_record r;
-  r.pid = sys::self_pid();
-  r.label = opt_.label.empty() ? sys::program_name() : opt_.label;
-  r.host = sys::host_name();
-  r.boot_id = sys::boot_id();
-  if (auto ps = sys::start_of(r.pid)) r.proc_ticks = ps->ticks;
-  r.since = began_wall_;
-  r.gpu = gpu_;
-  r.gpus = gpus_;
-  reg_ = waiter_registration::add(registry_path_, r);
-}
+wait_report::wait_report(const lock_options& o) : opt_(o), began_mono_(sys::monotonic_ms()) {}
 
 void wait_report::waiting(std::vector<info> now, int position) {
-  maybe_register();
   std::vector<std::string> now_keys;
   now_keys.reserve(now.size());
   bool changed = now.size() != keys_.size() || position != position_;
@@ -137,21 +113,13 @@ void wait_report::report(bool changed) {
   opt_.on_progress(p);
 }
 
-// Milliseconds until the next periodic report or the registration,
-// whichever is first; -1 when neither is due.
+// Milliseconds until the next periodic report; -1 when none is due.
 std::int64_t wait_report::tick_in() const {
-  const std::int64_t now = sys::monotonic_ms();
-  std::int64_t t = -1;
-  if (next_tick_ >= 0 && opt_.on_progress) t = std::max<std::int64_t>(0, next_tick_ - now);
-  if (!tried_registering_ && opt_.register_waiter) {
-    const std::int64_t r = std::max<std::int64_t>(0, began_mono_ + kRegisterAfterMs - now);
-    t = t < 0 ? r : std::min(t, r);
-  }
-  return t;
+  if (next_tick_ < 0 || !opt_.on_progress) return -1;
+  return std::max<std::int64_t>(0, next_tick_ - sys::monotonic_ms());
 }
 
 void wait_report::tick() {
-  maybe_register();
   if (next_tick_ >= 0 && opt_.on_progress && sys::monotonic_ms() >= next_tick_) {
     next_tick_ = sys::monotonic_ms() + opt_.progress_every.count();
     report(false);

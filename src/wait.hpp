@@ -96,36 +96,27 @@ class lock_watch {
   armed_lock armed_;
 };
 
-// What one acquisition does while it waits for another process: registers
-// in the waiter registry (once the wait has lasted 100 ms, so a quick handoff
-// never touches it) and reports the holders it waits for through on_wait
-// and on_progress.
+// What one acquisition reports while it waits for another process: the
+// holders it waits for and its place in the queue, through on_wait and
+// on_progress. (Its entry in the registry is its queue_place's.)
 class wait_report {
  public:
-  wait_report(const lock_options& o, std::string registry_path, int gpu, int gpus);
-  // The acquisition keeps its own entry in the registry (its place in the
-  // queue): this report writes none.
-  void queued() { tried_registering_ = true; }
+  explicit wait_report(const lock_options& o);
   // Before each wait, with the holders as just judged, and this waiter's
   // place in the queue (1: next; 0: unknown).
   void waiting(std::vector<info> now, int position = 0);
   // Waits with `wait_fn(timeout)` for at most `timeout` (negative: no limit),
-  // registering and reporting progress at each tick on the way.
+  // reporting progress at each tick on the way.
   template <typename F>
   sys::watcher::wake wait_ticking(std::int64_t timeout, F wait_fn);
 
  private:
-  void maybe_register();
   void report(bool changed);
   std::int64_t tick_in() const;
   void tick();
 
   const lock_options& opt_;
-  std::string registry_path_;  // slot 0's path
-  int gpu_ = -1, gpus_ = 1;
-  std::int64_t began_mono_, began_wall_;
-  std::unique_ptr<waiter_registration> reg_;
-  bool tried_registering_ = false;
+  std::int64_t began_mono_;
   std::vector<info> holders_;
   std::vector<std::string> keys_;
   int position_ = 0;

@@ -130,7 +130,7 @@ struct acquirer;
 // process holds runs on one thread of the library's own.
 //
 // Threads (B10): the threads of one process that acquire the same lock queue
-// inside the process in arrival order, and only the one at the front makes
+// inside the process by priority, then arrival, and only the one at the front makes
 // the file claim (no second claim, no polling). An acquire on the thread that
 // already holds the lock passes straight through (nested() is true); the
 // lock is released by the outermost acquisition's release.

@@ -14,7 +14,7 @@ namespace offload_lock {
 //   offload_lock::gpu_mutex gpu;                 // resolve_path(), wait forever
 //   { std::lock_guard<offload_lock::gpu_mutex> g(gpu); render(); }
 //
-// lock() blocks (threads of this process queue in arrival order, B10) and
+// lock() blocks (threads of this process queue by priority then arrival, B10) and
 // throws std::system_error when the lock cannot be taken for a reason other
 // than contention (a missing parent, a stale lock that cannot be removed), or
 // when options.wait ends first (errc::timed_out). try_lock() tries once and

@@ -48,6 +48,16 @@ void until_queued(const temp_dir& d, std::size_t n) {
   REQUIRE(eventually([&] { return offload_lock::waiters(d.lock()).size() == n; }));
 }
 
+// w1..wN queued one after another (each listed before the next starts).
+std::vector<std::unique_ptr<child>> queue_up(const temp_dir& d, const std::string& log, int n) {
+  std::vector<std::unique_ptr<child>> ws;
+  for (int k = 1; k <= n; ++k) {
+    ws.push_back(queued_run(d, "w" + std::to_string(k), log));
+    until_queued(d, static_cast<std::size_t>(k));
+  }
+  return ws;
+}
+
 std::vector<std::string> lines_of(const std::string& path) {
   std::vector<std::string> out;
   std::istringstream in(read_file(path));
@@ -108,11 +118,7 @@ TEST_CASE("a SIGKILLed waiter drops out of the queue at once", "[multiprocess][q
   const std::string log = (d.path / "order").string();
   write_file(log, "");
   cli_holder holder(d);
-  std::vector<std::unique_ptr<child>> ws;
-  for (int k = 1; k <= 4; ++k) {
-    ws.push_back(queued_run(d, "w" + std::to_string(k), log));
-    until_queued(d, static_cast<std::size_t>(k));
-  }
+  auto ws = queue_up(d, log, 4);
   // The head and one in the middle die without leaving; their entries stay
   // behind but no longer count.
   ws[0]->kill(SIGKILL);
@@ -134,11 +140,7 @@ TEST_CASE("a stopped head is passed over, and served once it resumes", "[multipr
   const std::string log = (d.path / "order").string();
   write_file(log, "");
   cli_holder holder(d);
-  std::vector<std::unique_ptr<child>> ws;
-  for (int k = 1; k <= 4; ++k) {
-    ws.push_back(queued_run(d, "w" + std::to_string(k), log));
-    until_queued(d, static_cast<std::size_t>(k));
-  }
+  auto ws = queue_up(d, log, 4);
   ws[0]->kill(SIGSTOP);
   const auto began = std::chrono::steady_clock::now();
   holder.release();
