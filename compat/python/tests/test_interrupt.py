@@ -17,8 +17,11 @@ import offload_lock
 from conftest import cli_holder, py_env, wait_until
 
 SIGINT_WAITER = r"""
-import os, sys, threading, time, offload_lock
+import os, signal, sys, threading, time, offload_lock
 path, mode = sys.argv[1], sys.argv[2]
+# As in a program started from a terminal: a test run started in the
+# background inherits SIGINT ignored, and Python then installs no handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 if mode == "thread":
     # Held by another thread of this process: the wait is in-process.
     held = threading.Event()
