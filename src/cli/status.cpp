@@ -54,6 +54,7 @@ void place_waiters(board& b) {
 board look(const args& a, const gpu_plan& gpus, const std::string& path,
            const std::optional<std::vector<gpu_device>>& usage) {
   board b;
+  // Who waits for which slots tells which slots to show.
   b.waiters = waiters(path);
   int n = gpus.count;
   if (!gpus.slotted) {
@@ -71,6 +72,9 @@ board look(const args& a, const gpu_plan& gpus, const std::string& path,
     b.devices.push_back(device_of_slot(usage, k, i));
     b.slots.push_back(std::move(i));
   }
+  // Read again after the holders: the ETAs the library gives are then as of
+  // a moment no earlier than the holders' expected free times shown.
+  b.waiters = waiters(path);
   if (a.gpu >= 0)
     b.waiters.erase(std::remove_if(b.waiters.begin(), b.waiters.end(),
                                    [&](const waiter& w) { return w.gpu >= 0 && w.gpu != a.gpu; }),
