@@ -149,7 +149,12 @@ TEST_CASE("a stopped head is passed over, and served once it resumes", "[multipr
   REQUIRE(eventually([&] { return lines_of(log).size() == 3; }));
   const auto took = std::chrono::duration_cast<ms>(std::chrono::steady_clock::now() - began).count();
   WARN("three waiters behind a stopped head were served within " << took << " ms");
+#if !defined(__SANITIZE_THREAD__)
+  // (Under ThreadSanitizer every CLI process here runs instrumented and
+  // many times slower; one of the waiters' one-second looks has been seen
+  // to come first there. The order below is checked in every build.)
   CHECK(took < 550);
+#endif
   // A single try does not wait for it either, beyond the grace.
   for (auto& w : {ws[1].get(), ws[2].get(), ws[3].get()}) CHECK(w->wait(30s) == std::optional<int>(0));
   CHECK(run_cli(with_lock(d, {"run", "--wait", "0", "--", "true"})).code == 0);
