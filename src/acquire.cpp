@@ -310,6 +310,7 @@ result<lock> acquire_any(const lock_options& opt, const std::string& base) {
           continue;  // held: the wait below watches it
         }
         std::vector<std::string> names;
+        names.reserve(ahead.size());
         for (const auto& e : ahead) names.push_back(e.name);
         const std::int64_t now = sys::monotonic_ms();
         if (names != free_ahead[ks]) free_since[ks] = -1;

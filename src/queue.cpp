@@ -124,6 +124,7 @@ result<turn> wait_turn(queue_place& place, const target& t, const lock_options& 
     const bool available = !d->o.snap.present || d->v.stale;
     if (trying && !available) return turn::busy;
     std::vector<std::string> names;
+    names.reserve(ahead.size());
     for (const auto& e : ahead) names.push_back(e.name);
     const std::int64_t now = sys::monotonic_ms();
     if (!available || names != free_ahead) free_since = -1;

@@ -31,11 +31,11 @@ struct args {
   std::string token;                          // release
   bool force = false;                         // release
   std::string label;
-  int priority = 0;                           // acquire / run / hold --priority
   std::chrono::milliseconds expect{0};        // acquire / run / hold --expect; 0: undeclared
+  int priority = 0;                           // acquire / run / hold --priority
   int busy_exit = exit_busy;                  // run
-  bool on_lost_term = false;                  // run --on-lost term
   int yield_signal = 0;                       // run --yield-signal; 0: CMD is not asked to yield
+  bool on_lost_term = false;                  // run --on-lost term
   std::vector<std::string> cmd;               // run
   // several GPUs: --gpus N|auto (gpus_auto), --gpu K
   int gpus = 1;
