@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "offload_lock/describe.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
 
@@ -57,20 +58,6 @@ std::string path_or_default(const char* path) {
   return path && *path ? std::string(path) : ol::resolve_path().path;
 }
 
-std::string who(const ol::info& i) {
-  std::string s = (i.label.empty() ? std::string("an unnamed holder") : i.label) + " (pid " +
-                  (i.pid ? std::to_string(*i.pid) : std::string("unknown"));
-  if (!i.host.empty()) s += ", host " + i.host;
-  return s + ")";
-}
-
-// The lock's state in the words `offload-lock status` uses.
-std::string state_text(const ol::info& i) {
-  if (i.held) return "held by " + who(i) + " for " + ol::describe_duration(i.held_for);
-  if (!i.present) return "free";
-  return "free (stale lock of " + who(i) + ": " + i.stale_reason.value_or("unknown") + ")";
-}
-
 // "timed out: PATH is held by LABEL (pid N, host H) for 5m12s": whom the
 // caller lost to, as the command says it.
 std::string contention_message(const ol::error& e, const ol::lock_options& o) {
@@ -78,7 +65,7 @@ std::string contention_message(const ol::error& e, const ol::lock_options& o) {
   if (o.gpus > 1 && o.gpu < 0)
     return how + "all " + std::to_string(o.gpus) + " GPU slots of " + o.path + " are held";
   const std::string p = ol::gpu_slot_path(o.path, std::max(0, o.gpu));
-  return how + p + " is " + state_text(ol::inspect(p, o.ttl));
+  return how + p + " is " + ol::describe_state(ol::inspect(p, o.ttl));
 }
 
 void fill(offload_lock_info_ex& out, const ol::info& i) {
@@ -120,6 +107,10 @@ offload_lock_queue_info queue_info_of(const ol::info& i) {
     q.yield_pid = i.yield_requested->pid;
     q.yield_priority = i.yield_requested->priority;
     copy_out(q.yield_label, sizeof q.yield_label, i.yield_requested->label);
+  }
+  if (i.held && i.max_hold.count() > 0 && i.max_hold_in) {
+    q.max_hold_ms = i.max_hold.count();
+    q.max_hold_in_ms = i.max_hold_in->count();
   }
   return q;
 }
@@ -180,14 +171,23 @@ extern "C" int offload_lock_acquire(const char* path, int64_t wait_ms, const cha
   }
 }
 
-extern "C" void offload_lock_options_init(offload_lock_options* o) {
-  if (!o) return;
-  std::memset(o, 0, sizeof *o);
-  o->size = sizeof *o;
+extern "C" void offload_lock_options_init_sized(offload_lock_options* o, size_t size) {
+  // Never fewer than 0.2's fields (every caller has those), never more than
+  // this header's.
+  const size_t v02 = offsetof(offload_lock_options, priority);
+  if (!o || size < v02) return;
+  size = std::min(size, sizeof *o);
+  std::memset(o, 0, size);
+  o->size = size;
   o->wait_ms = -1;
   o->gpus = 1;
   o->gpu = -1;
   o->cancel_fd = -1;
+}
+
+#undef offload_lock_options_init
+extern "C" void offload_lock_options_init(offload_lock_options* o) {
+  offload_lock_options_init_sized(o, offsetof(offload_lock_options, priority));
 }
 
 // Whether a caller's offload_lock_options (of options->size bytes) has
@@ -215,6 +215,9 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
   const int64_t expect_ms = OFFLOAD_LOCK_HAS_FIELD(options, expect_ms) ? c.expect_ms : 0;
   const offload_lock_yield_fn on_yield = OFFLOAD_LOCK_HAS_FIELD(options, on_yield) ? c.on_yield : nullptr;
   void* const yield_user = OFFLOAD_LOCK_HAS_FIELD(options, yield_user) ? c.yield_user : nullptr;
+  const int* const allowed = OFFLOAD_LOCK_HAS_FIELD(options, allowed_gpu_count) ? c.allowed_gpus : nullptr;
+  const size_t allowed_count = allowed ? c.allowed_gpu_count : 0;
+  const int64_t max_hold_ms = OFFLOAD_LOCK_HAS_FIELD(options, max_hold_ms) ? c.max_hold_ms : 0;
   try {
     if (priority < -100 || priority > 100) {
       copy_out(message, message_len,
@@ -225,6 +228,10 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
       copy_out(message, message_len, "offload_lock_acquire_ex: negative expect_ms");
       return OFFLOAD_LOCK_INVALID;
     }
+    if (max_hold_ms < 0) {
+      copy_out(message, message_len, "offload_lock_acquire_ex: negative max_hold_ms");
+      return OFFLOAD_LOCK_INVALID;
+    }
     ol::lock_options o;
     o.path = path_or_default(c.path);
     o.wait = c.wait_ms < 0 ? ol::wait_forever : ol::milliseconds(c.wait_ms);
@@ -232,12 +239,17 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
     if (c.ttl_ms > 0) o.ttl = ol::milliseconds(c.ttl_ms);
     o.gpus = c.gpus;
     o.gpu = c.gpu;
-    if (o.gpu >= 0 && o.gpu >= o.gpus) o.gpus = 1;  // slot K alone, as `--gpu K` means
+    if (allowed_count > static_cast<size_t>(ol::max_gpus)) {
+      copy_out(message, message_len, "offload_lock_acquire_ex: allowed_gpu_count over " + std::to_string(ol::max_gpus));
+      return OFFLOAD_LOCK_INVALID;
+    }
+    o.allowed_gpus.assign(allowed, allowed + allowed_count);
     if (c.cancel_fd >= 0) o.cancel_fds.push_back(c.cancel_fd);
     o.inherit = !(c.flags & OFFLOAD_LOCK_NO_INHERIT);
     o.register_waiter = !(c.flags & OFFLOAD_LOCK_NO_REGISTER);
     o.priority = priority;
     o.expected = ol::milliseconds(expect_ms);
+    o.max_hold = ol::milliseconds(max_hold_ms);
     if (c.on_progress) {
       o.progress_every = ol::milliseconds(c.progress_every_ms);
       offload_lock_progress_fn fn = c.on_progress;
@@ -300,6 +312,10 @@ extern "C" int offload_lock_still_held(const offload_lock_handle* handle) {
 
 extern "C" int offload_lock_yield_requested(const offload_lock_handle* handle) {
   return handle && handle->held.yield_requested();
+}
+
+extern "C" int offload_lock_max_hold_passed(const offload_lock_handle* handle) {
+  return handle && handle->held.max_hold_passed();
 }
 
 extern "C" size_t offload_lock_child_environment(const offload_lock_handle* handle, char* buf, size_t len) {

@@ -1,5 +1,5 @@
 // Taking the lock (claim.hpp): staging + renameat2, and the mkdir fallback
-// (PROTOCOL B1).
+// (doc/protocol.md B1).
 #include "claim.hpp"
 
 #include "meta.hpp"
@@ -11,6 +11,16 @@ namespace offload_lock::detail {
 namespace {
 
 bool is(const error& e, std::errc c) { return e.code() == c; }
+
+// Readable (and its meta.json readable) by every user who shares the lock,
+// whatever this process's umask: a reader that cannot read meta.json could
+// only call the lock unknown. Writable as the umask allows (so that a v1
+// runner of the same group can still clear a crashed holder's lock).
+error make_readable(int dir, unsigned mode, const std::string& shown) {
+  const unsigned want = (mode & 0777) | 0755;
+  if (want == (mode & 0777)) return {};
+  return sys::chmod_fd(dir, want, shown);
+}
 
 claim taken(sys::fd dir, sys::fd meta, const sys::file_id& id) {
   claim c;
@@ -40,8 +50,12 @@ result<claim> claim_with_mkdir(const target& t, const std::string& bytes) {
   }
   sys::crash_point("acquire.mkdir-locked");
   const std::string tmp = ".meta.json." + sys::random_hex(6);
+  auto dst = sys::stat_fd(d->get(), t.path);
+  error e = dst ? make_readable(d->get(), dst->mode, t.path) : dst.error();
   auto meta = sys::create_file_at(d->get(), tmp, bytes, meta_mode, t.path + "/" + tmp);
-  error e = meta ? sys::ofd_lock(meta->get(), true) : meta.error();
+  if (!e && !meta) e = meta.error();
+  if (!e) e = sys::chmod_fd(meta->get(), meta_mode, t.path + "/" + tmp);
+  if (!e) e = sys::ofd_lock(meta->get(), true);
   sys::crash_point("acquire.mkdir-meta-staged");
   if (!e) e = sys::rename_at(d->get(), tmp, meta_file_name, t.path + "/" + meta_file_name);
   sys::crash_point("acquire.mkdir-meta-renamed");
@@ -49,9 +63,9 @@ result<claim> claim_with_mkdir(const target& t, const std::string& bytes) {
     (void)remove_lock_dir_at(t.parent.get(), t.name, t.path);
     return e;
   }
-  auto st = sys::stat_fd(d->get(), t.path);
-  if (!st) return st.error();
-  return taken(std::move(*d), std::move(*meta), st->id);
+  // The directory's identity as read before the meta was written (a look
+  // failing now would leave a complete lock behind with nobody holding it).
+  return taken(std::move(*d), std::move(*meta), dst->id);
 }
 
 }  // namespace
@@ -71,13 +85,15 @@ result<claim> try_claim(const target& t, const std::string& bytes) {
   };
   auto d = sys::open_dir(t.parent.get(), stage, true, shown);
   if (!d) return fail(d.error());
+  auto st = sys::stat_fd(d->get(), shown);
+  if (!st) return fail(st.error());
+  if (auto e = make_readable(d->get(), st->mode, shown)) return fail(e);
   auto meta = sys::create_file_at(d->get(), meta_file_name, bytes, meta_mode, staged_meta);
   if (!meta) return fail(meta.error());
+  if (auto e = sys::chmod_fd(meta->get(), meta_mode, staged_meta)) return fail(e);
   if (auto e = sys::ofd_lock(meta->get(), true)) return fail(e);
   sys::crash_point("acquire.stage-locked");
   sys::crash_point("acquire.meta-written");
-  auto st = sys::stat_fd(d->get(), shown);
-  if (!st) return fail(st.error());
   error e = sys::rename_noreplace(t.parent.get(), stage, t.name, t.path);
   if (!e) {
     sys::crash_point("acquire.renamed");

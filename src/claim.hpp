@@ -1,4 +1,4 @@
-// Taking the lock (PROTOCOL A2 step 1 with B1): a lock directory that is
+// Taking the lock (doc/protocol.md A2 step 1 with B1): a lock directory that is
 // never visible without its complete meta.json.
 #ifndef OFFLOAD_LOCK_SRC_CLAIM_HPP
 #define OFFLOAD_LOCK_SRC_CLAIM_HPP
@@ -18,7 +18,7 @@ struct claim {
 
 // The mode meta.json is made with (before the umask): writable by its owner
 // only, so that no one else can take the write lock that proves the holder
-// alive (PROTOCOL B7's proof of life; README "Sharing /tmp").
+// alive (doc/protocol.md B7's proof of life; doc/operations.md "Sharing /tmp").
 inline constexpr unsigned meta_mode = 0644;
 
 // One attempt: builds the directory and its complete meta.json (`bytes`)

@@ -1,5 +1,5 @@
 // The heartbeat (heartbeat.hpp): refresh and loss detection for one held lock,
-// and the process-wide thread that looks after all of them (PROTOCOL B7).
+// and the process-wide thread that looks after all of them (doc/protocol.md B7).
 #include "heartbeat.hpp"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "meta.hpp"
+#include "os/files.hpp"
 #include "queue.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
@@ -92,27 +93,35 @@ class heartbeat_service {
   }
 
   // Watches the queue of a holder that can yield: the registry directory,
-  // or while there is none its parent, where a first waiter makes it.
+  // or while there is none its parent, where a first waiter makes it, and
+  // each user's directory in it, where the entries are made. A directory
+  // still watched keeps its watch (no moment unwatched); only those gone
+  // are dropped, after the new ones are in place.
   static void arm_yield(sys::watcher& watches, held_state& s) {
-    watches.unwatch(s.yield_watch_id);
-    if (!s.yield_reader) s.yield_reader = std::make_unique<registry_reader>(s.registry_path);
+    if (!s.yield_reader) s.yield_reader = std::make_unique<registry_reader>(s.base);
     std::string parent, name;
-    sys::split_path(s.yield_reader->dir_path(), parent, name);
-    s.yield_on_registry = sys::stat_at(s.t.parent.get(), name, s.yield_reader->dir_path()).has_value();
-    s.yield_watch_id = watches.watch_entries(s.yield_on_registry ? s.yield_reader->dir_path() : parent);
+    sys::split_path(s.yield_reader->top_path(), parent, name);
+    s.yield_on_registry = sys::stat_at(s.t.parent.get(), name, s.yield_reader->top_path()).has_value();
+    const int top_id = watches.watch_entries(s.yield_on_registry ? s.yield_reader->top_path() : parent);
+    if (top_id != s.yield_watch_id) watches.unwatch(s.yield_watch_id);
+    s.yield_watch_id = top_id;
+    std::vector<int> dir_ids;
+    (void)s.yield_reader->live();
+    for (const auto& d : s.yield_reader->dir_paths()) dir_ids.push_back(watches.watch_entries(d));
+    for (int id : s.yield_dir_ids)
+      if (id != top_id && std::find(dir_ids.begin(), dir_ids.end(), id) == dir_ids.end()) watches.unwatch(id);
+    s.yield_dir_ids = std::move(dir_ids);
   }
 
   // Whether a waiter above the holder's priority now waits: then the holder
-  // is asked, once. Re-arms the watch when the registry came or went.
+  // is asked, once. Arms the watches before it looks, so that an entry made
+  // after the look is an event and one made before it is seen by it.
   void check_yield(sys::watcher& watches, held_state& s) {
-    auto req = first_above(*s.yield_reader, s.slot, s.priority);
-    if (!req) {
-      std::string parent, name;
-      sys::split_path(s.yield_reader->dir_path(), parent, name);
-      const bool on_registry = sys::stat_at(s.t.parent.get(), name, s.yield_reader->dir_path()).has_value();
-      if (on_registry != s.yield_on_registry || s.yield_watch_id < 0) arm_yield(watches, s);
-      return;
-    }
+    arm_yield(watches, s);
+    auto req = first_above(*s.yield_reader, s.slot, s.priority, sys::effective_uid());
+    if (!req) return;
+    for (int id : s.yield_dir_ids) watches.unwatch(id);
+    s.yield_dir_ids.clear();
     watches.unwatch(s.yield_watch_id);
     s.yield_watch_id = -1;
     {
@@ -124,6 +133,30 @@ class heartbeat_service {
   }
 
   static bool wants_yield(const held_state& s) { return s.on_yield && !s.yield_asked; }
+
+  // When the maximum hold passes: noted, and the holder asked to make way
+  // (unless a waiter has asked already), for the first waiter if there is
+  // one. The caller checks max_hold_over() first.
+  void reach_max_hold(held_state& s) {
+    bool ask = false;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!s.registered) return;  // released meanwhile
+      s.max_hold_reached = true;
+      ask = wants_yield(s);
+      if (ask) s.yield_asked = true;
+    }
+    if (!ask) return;
+    if (!s.yield_reader) s.yield_reader = std::make_unique<registry_reader>(s.base);
+    s.on_yield(first_waiting(*s.yield_reader, s.slot).value_or(yield_request{0, "max hold", 0}));
+  }
+
+  // Milliseconds until `s`'s maximum hold passes (at least 0); -1 when it
+  // has none or it has been reached.
+  static std::int64_t max_hold_left(const held_state& s, std::int64_t now) {
+    if (s.max_hold_ms <= 0 || s.max_hold_reached) return -1;
+    return std::max<std::int64_t>(0, s.taken_at + s.max_hold_ms - now);
+  }
 
   void run() {
     sys::watcher watches;
@@ -137,21 +170,26 @@ class heartbeat_service {
           if (!s.registered) {
             watches.unwatch(s.watch_id);
             watches.unwatch(s.yield_watch_id);
+            for (int id : s.yield_dir_ids) watches.unwatch(id);
             it = entries_.erase(it);
             continue;
           }
           const std::int64_t now = sys::monotonic_ms();
           if (!s.watch_tried && now >= s.held_since + kWatchAfterMs) {
             s.watch_tried = true;
-            s.watch_id = watches.watch_lock(s.t.path, false);
-            check_now.push_back(*it);  // a loss before the watch existed
-            if (wants_yield(s)) arm_yield(watches, s);
+            // Its contents too: a meta.json replaced in place (written,
+            // renamed over) is a loss noticed at once, not at the next
+            // refresh. Readers' closes and this holder's own touches
+            // (attributes only) are no events here.
+            s.watch_id = watches.watch_lock(s.t.path, true);
+            check_now.push_back(*it);  // a loss, or a waiter above, before the watches existed
           }
           std::int64_t left = std::max<std::int64_t>(0, s.next_touch - now);
           if (!s.watch_tried) left = std::min(left, std::max<std::int64_t>(0, s.held_since + kWatchAfterMs - now));
           // Without a watch, loss is noticed at the next refresh at the latest.
           // A queue that cannot be watched is looked at every second.
           if (s.watch_tried && wants_yield(s) && s.yield_watch_id < 0) left = std::min(left, fallback_poll_ms);
+          if (const std::int64_t m = max_hold_left(s, now); m >= 0) left = std::min(left, m);
           timeout = timeout < 0 ? left : std::min(timeout, left);
           live.push_back(*it);
           ++it;
@@ -172,13 +210,24 @@ class heartbeat_service {
                              std::find(check_now.begin(), check_now.end(), sp) != check_now.end();
         const bool due = now >= s.next_touch;
         const bool newly_watched = std::find(check_now.begin(), check_now.end(), sp) != check_now.end();
-        if (s.watch_tried && wants_yield(s) &&
-            (newly_watched || s.yield_watch_id < 0 ||
-             std::find(hit.begin(), hit.end(), s.yield_watch_id) != hit.end()))
+        auto hit_yield = [&] {
+          if (std::find(hit.begin(), hit.end(), s.yield_watch_id) != hit.end()) return true;
+          for (int id : s.yield_dir_ids)
+            if (std::find(hit.begin(), hit.end(), id) != hit.end()) return true;
+          return false;
+        };
+        if (s.watch_tried && wants_yield(s) && (newly_watched || s.yield_watch_id < 0 || hit_yield()))
           check_yield(watches, s);
+        if (max_hold_left(s, now) == 0) reach_max_hold(s);
         if (!suspect && !due) continue;
-        if (!s.still_ours()) {
+        const auto mine = s.check_ours();
+        if (mine == held_state::ownership::not_ours) {
           report_lost(s);
+          continue;
+        }
+        if (mine == held_state::ownership::unknown) {
+          // Could not look (out of descriptors, say): again soon, not lost.
+          s.next_touch = std::min(s.next_touch, now + fallback_poll_ms);
           continue;
         }
         if (due) {
@@ -206,16 +255,30 @@ const fork_guard installed_fork_guard;
 
 }  // namespace
 
+held_state::~held_state() { sys::unguard_from_fork(meta_fd.get()); }
+
 std::int64_t held_state::period() const { return std::clamp<std::int64_t>(ttl / 4, 100, 60'000); }
+
+bool held_state::max_hold_over() const {
+  return max_hold_reached || (max_hold_ms > 0 && sys::monotonic_ms() >= taken_at + max_hold_ms);
+}
 
 bool held_state::in_owner() const { return sys::self_pid() == owner_pid; }
 
-bool held_state::still_ours() const {
-  if (!in_owner()) return false;
+held_state::ownership held_state::check_ours(error* why) const {
+  if (!in_owner()) return ownership::not_ours;
+  auto failed = [why](const error& e) {
+    if (e.code() == std::errc::no_such_file_or_directory || e.code() == std::errc::not_a_directory)
+      return ownership::not_ours;
+    if (why) *why = e;
+    return ownership::unknown;
+  };
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
-  if (!st || st->id != id) return false;
+  if (!st) return failed(st.error());
+  if (st->id != id) return ownership::not_ours;
   auto mb = sys::read_file_at(dir.get(), meta_file_name, meta_cap, t.path);
-  return mb && !mb->truncated && parse_meta(mb->bytes).token == token;
+  if (!mb) return failed(mb.error());
+  return !mb->truncated && parse_meta(mb->bytes).token == token ? ownership::ours : ownership::not_ours;
 }
 
 void held_state::touch() {
@@ -228,15 +291,28 @@ held_state::kept held_state::keep_until_holder_exits() {
   sys::watcher w;
   std::int64_t touch_at = sys::monotonic_ms() + period();
   int dir_id = -1, pid_id = -1;
+  bool proof = false;
   for (;;) {
     w.unwatch(dir_id);
     dir_id = w.watch_lock(t.path, false);
     if (!still_ours()) return kept::lost;
+    // The proof of life: the process that made the claim may still hold it
+    // for a moment (until it exits); taken over as soon as it lets go.
+    if (!proof)
+      if (auto f = sys::open_write(dir.get(), meta_file_name, t.path)) {
+        if (!sys::ofd_lock(f->get(), true)) {
+          sys::unguard_from_fork(meta_fd.get());
+          meta_fd = std::move(*f);
+          sys::guard_from_fork(meta_fd.get());
+          proof = true;
+        }
+      }
     if (pid_id < 0) pid_id = w.watch_pid(pid);
     const auto alive = sys::probe(pid);
     if (alive == sys::liveness::dead || alive == sys::liveness::zombie) return kept::holder_exited;
     std::int64_t timeout = std::max<std::int64_t>(0, touch_at - sys::monotonic_ms());
     if (dir_id < 0 || pid_id < 0) timeout = std::min(timeout, fallback_poll_ms);
+    if (!proof) timeout = std::min<std::int64_t>(timeout, 20);
     std::vector<int> fired;
     const auto why = w.wait(timeout, {}, &fired);
     if (std::find(fired.begin(), fired.end(), pid_id) != fired.end()) return kept::holder_exited;

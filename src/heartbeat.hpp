@@ -1,4 +1,4 @@
-// One held lock and its heartbeat (PROTOCOL B7): checking that the lock is
+// One held lock and its heartbeat (doc/protocol.md B7): checking that the lock is
 // still ours, refreshing meta.json's mtime well inside the TTL, noticing at
 // once when someone else removes or replaces it, and the one process-wide
 // thread that does this for every lock the process holds.
@@ -10,11 +10,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <set>
 
 #include "lock_dir.hpp"
 #include "offload_lock/error.hpp"
 #include "offload_lock/inspect.hpp"
-#include "waiters.hpp"
+#include "registry.hpp"
 
 namespace offload_lock::detail {
 
@@ -30,15 +33,27 @@ struct held_state {
   std::int64_t ttl = 0;
   std::function<void(const error&)> on_lost;
   bool released = false;
+  // The queue this lock is handed on through at release (handoff.hpp): slot
+  // `slot` of the lock whose registry is beside `base`, skipping those
+  // this holder passed over.
+  std::string base;
+  std::set<std::string> passed;
 
   // Cooperative yield (lock_options::on_yield_request): asked once, when a
-  // live waiter of a higher priority than `priority` queues for slot
-  // `slot` of the lock whose registry is next to `registry_path`.
+  // live waiter of a higher priority than `priority` that may ask it
+  // (queue.hpp first_above) queues for slot `slot`.
   std::function<void(const yield_request&)> on_yield;
+  // The maximum hold (lock_options::max_hold): passed once the heartbeat
+  // thread (or max_hold_over) sees taken_at + max_hold_ms go by.
+  std::int64_t max_hold_ms = 0;
+  std::int64_t taken_at = 0;  // monotonic ms, when this process took it
   int priority = 0;
   int slot = 0;
-  std::string registry_path;
   std::atomic<bool> yield_asked{false};
+  std::atomic<bool> max_hold_reached{false};
+  // Whether the maximum hold has passed, by the clock (a lock without a
+  // heartbeat has no thread to notice it).
+  bool max_hold_over() const;
   std::unique_ptr<registry_reader> yield_reader;  // the heartbeat thread's
 
   // Kept by the heartbeat service (under its mutex).
@@ -46,15 +61,29 @@ struct held_state {
   int watch_id = -1;
   bool watch_tried = false;
   int yield_watch_id = -1;        // the registry (or, while it is missing, its parent)
+  std::vector<int> yield_dir_ids;  // the users' directories in the registry
   bool yield_on_registry = false;  // yield_watch_id watches the registry itself
   std::int64_t held_since = 0;  // monotonic ms, when the service took it
   std::int64_t next_touch = 0;
 
+  held_state() = default;
+  held_state(const held_state&) = delete;
+  held_state& operator=(const held_state&) = delete;
+  // Its proof of life leaves the fork guard with it (os/files.hpp).
+  ~held_state();
+
   // The refresh period: TTL/4, between 100 ms and 60 s.
   std::int64_t period() const;
   // Same directory at the path, with our token in its meta.json, and this
-  // the process that took it.
-  bool still_ours() const;
+  // the process that took it: yes, no, or unknown when a look failed for
+  // another reason than the name being gone (out of descriptors, EIO). A
+  // failed look is no evidence of loss: the OFD lock still proves the
+  // holder alive to everyone else, and the caller looks again.
+  // `why` gets the failed look's error when unknown.
+  enum class ownership { ours, not_ours, unknown };
+  ownership check_ours(error* why = nullptr) const;
+  // check_ours(), unknown counted as ours.
+  bool still_ours() const { return check_ours() != ownership::not_ours; }
   // This is the process that took the lock (not a forked child of it).
   bool in_owner() const;
   // Refreshes meta.json's mtime (errors ignored: the next refresh retries,
@@ -63,12 +92,15 @@ struct held_state {
 
   enum class kept { lost, holder_exited };
   // For a lock held on behalf of another process: blocks, refreshing the
-  // mtime, until the lock is lost or the recorded holder exits.
+  // mtime, until the lock is lost or the recorded holder exits. In a forked
+  // keeper it first takes the proof of life over (a forked child's copy of
+  // the holder's descriptor keeps none: os/files.hpp guard_from_fork).
   kept keep_until_holder_exits();
 
   // Leaves the heartbeat thread (a no-op when not registered).
   void stop_heartbeat();
-  // B5: removes the directory only if it is still ours (release.cpp).
+  // B5: hands the lock to the next waiter (handoff.hpp) or removes the
+  // directory, only if it is still ours (release.cpp).
   error release();
 };
 

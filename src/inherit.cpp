@@ -1,4 +1,4 @@
-// Inherited locks (inherit.hpp, PROTOCOL B11).
+// Inherited locks (inherit.hpp, doc/protocol.md B11).
 #include "inherit.hpp"
 
 #include "inspect.hpp"

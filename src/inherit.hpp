@@ -1,4 +1,4 @@
-// Child processes (PROTOCOL B11): the lock a process was started under,
+// Child processes (doc/protocol.md B11): the lock a process was started under,
 // passed down in its environment, so that the child's own acquisition of the
 // same lock passes straight through instead of waiting on its parent.
 #ifndef OFFLOAD_LOCK_SRC_INHERIT_HPP

@@ -8,6 +8,7 @@
 #include "os/clock.hpp"
 #include "os/process.hpp"
 #include "queue.hpp"
+#include "registry.hpp"
 #include "wait.hpp"
 
 namespace offload_lock {
@@ -39,12 +40,16 @@ void fill_info(const snapshot& s, std::int64_t now, info& i) {
   i.host = m.host;
   i.token = m.token;
   i.tool = m.tool;
-  i.age = milliseconds(now - s.meta_mtime_ms);
-  i.held_for = m.started_at ? milliseconds(now - *m.started_at) : i.age;
+  i.age = milliseconds(sat_sub(now, s.meta_mtime_ms));
+  i.held_for = m.started_at ? milliseconds(sat_sub(now, *m.started_at)) : i.age;
   if (m.priority) i.priority = static_cast<int>(std::clamp<std::int64_t>(*m.priority, -100, 100));
   if (m.expect_ms && *m.expect_ms > 0) {
     i.expected = milliseconds(*m.expect_ms);
     i.expected_free_in = std::max(milliseconds(0), i.expected - i.held_for);
+  }
+  if (m.max_hold_ms && *m.max_hold_ms > 0) {
+    i.max_hold = milliseconds(*m.max_hold_ms);
+    i.max_hold_in = i.max_hold - i.held_for;
   }
   i.can_yield = m.can_yield;
 }
@@ -63,7 +68,7 @@ std::string missing_parent(const std::string& path) {
 }
 
 error not_a_lock_error(const std::string& path, const verdict& v) {
-  return error(sys::errno_code(std::errc::file_exists),
+  return error(sys::errno_code(v.error ? static_cast<std::errc>(v.error) : std::errc::file_exists),
                "refusing to use " + path + " as the lock: it is " + v.reason +
                    "; GPU_LOCK (or --lock) names the lock directory itself, e.g. " + path + "/gpu.lock");
 }
@@ -81,19 +86,21 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
   const snapshot& s = d.o.snap;
   if (!s.present) return d;
   if (!s.is_dir) {
-    d.v.stale = true;
+    d.v.state = judgment::not_a_lock;
     d.v.reason = s.is_symlink ? "a symbolic link, not a directory (never followed)" : "not a directory";
     set_stale(d.i, d.v.reason);
     d.i.node_stale = true;
     return d;
   }
   d.v = judge(s, now, ttl, grace, pv);
-  if (d.v.not_a_lock) {
+  if (d.v.not_a_lock()) {
     d.i.problem = not_a_lock_error(t.path, d.v).message();
     return d;
   }
-  d.i.held = !d.v.stale;
-  if (d.v.stale) set_stale(d.i, d.v.reason);
+  // Unknown counts as held: nobody may take it for free on a failed read.
+  d.i.held = !d.v.stale();
+  if (d.v.unknown()) d.i.problem = t.path + ": " + d.v.reason;
+  if (d.v.stale()) set_stale(d.i, d.v.reason);
   d.i.v1_stale_reason = node_stale_reason(s, now, ttl, pv);
   d.i.node_stale = d.i.v1_stale_reason.has_value();
   d.i.other_pid_namespace = s.meta_exists && s.meta.pid_ns && pv.pid_ns && *s.meta.pid_ns != *pv.pid_ns;
@@ -124,23 +131,16 @@ info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {
     // The queue is slot 0's: a GPU slot's meta.json names the slot, and its
     // path is slot 0's with the slot's suffix.
     const auto& m = d->o.snap.meta;
-    int slot = 0;
-    std::string registry = path;
-    if (m.gpu && *m.gpu > 0) {
-      const std::string suffix = gpu_slot_path("", static_cast<int>(*m.gpu));
-      if (path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        slot = static_cast<int>(*m.gpu);
-        registry = path.substr(0, path.size() - suffix.size());
-      }
-    }
+    const int slot = m.gpu && *m.gpu > 0 && queue_base(path, static_cast<int>(*m.gpu)) != path ? static_cast<int>(*m.gpu) : 0;
+    const std::string registry = queue_base(path, slot);
     registry_reader reader(registry);
-    d->i.yield_requested = first_above(reader, slot, d->i.priority);
+    d->i.yield_requested = first_above(reader, slot, d->i.priority, d->o.snap.owner_uid);
   }
   return d->i;
 }
 
 info wait_free(const std::string& path, milliseconds wait, milliseconds poll, milliseconds ttl) {
-  const std::int64_t deadline = deadline_for(wait);
+  const deadline until = deadline_for(wait);
   const std::int64_t poll_ms = std::max<std::int64_t>(1, poll.count());
   const process_view pv = process_view::real();
   lock_watch lw;
@@ -150,22 +150,10 @@ info wait_free(const std::string& path, milliseconds wait, milliseconds poll, mi
     if (!t) return inspect(path, ttl);
     auto d = inspect_target(*t, ttl.count(), default_grace.count(), pv, &seen);
     if (!d || !d->i.held) return d ? d->i : inspect(path, ttl);
-    if (deadline >= 0 && sys::monotonic_ms() >= deadline) return d->i;
+    if (until.expired() || until.trying()) return d->i;
     d->o.dir.reset();
-    (void)lw.wait_for_change(*t, d->o.snap, d->v, deadline, poll_ms);
+    (void)lw.wait_for_change(*t, d->o.snap, d->v, until, d->v.unknown() ? std::min<std::int64_t>(poll_ms, 100) : poll_ms);
   }
-}
-
-std::string describe_duration(milliseconds d) {
-  long long ms = d.count();
-  std::string sign = ms < 0 ? "-" : "";
-  if (ms < 0) ms = -ms;
-  auto two = [](long long v) { return (v < 10 ? "0" : "") + std::to_string(v); };
-  if (ms < 1000) return sign + std::to_string(ms) + "ms";
-  long long s = ms / 1000;
-  if (s < 60) return sign + std::to_string(s) + "s";
-  if (s < 3600) return sign + std::to_string(s / 60) + "m" + two(s % 60) + "s";
-  return sign + std::to_string(s / 3600) + "h" + two(s / 60 % 60) + "m";
 }
 
 }  // namespace offload_lock

@@ -1,5 +1,5 @@
 // Judging what is at the lock path and describing it as offload_lock::info
-// (PROTOCOL A3, A5, B3, B6): the one look that acquire, release, inspect()
+// (doc/protocol.md A3, A5, B3, B6): the one look that acquire, release, inspect()
 // and wait_free() share.
 #ifndef OFFLOAD_LOCK_SRC_INSPECT_HPP
 #define OFFLOAD_LOCK_SRC_INSPECT_HPP

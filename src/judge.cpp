@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <system_error>
 
 #include "offload_lock/inspect.hpp"
 
@@ -37,27 +38,25 @@ bool node_alive(double pid, const process_view& pv) {
   return pv.probe(static_cast<std::int64_t>(pid)) != sys::liveness::dead;
 }
 
-// Why the recorded pid no longer names the holder (B6): dead, a zombie (when
-// `zombie_is_gone`), under another boot, or reused by a process started
-// after the lock was taken.
-std::optional<std::string> pid_gone(const parsed_meta& m, std::int64_t pid, const process_view& pv,
-                                    bool zombie_is_gone = true) {
+// Why the recorded pid no longer names the holder of a lock without a proof
+// of life (B6): dead, a zombie, under another boot, or reused by a process
+// started after the lock was taken.
+std::optional<std::string> pid_gone(const parsed_meta& m, std::int64_t pid, const process_view& pv) {
   const std::string p = "holder pid " + std::to_string(pid);
   switch (pv.probe(pid)) {
     case sys::liveness::dead:
     case sys::liveness::invalid: return p + " is dead";
-    case sys::liveness::zombie:
-      if (zombie_is_gone) return p + " has exited (zombie)";
-      break;
-    case sys::liveness::alive: break;
+    case sys::liveness::zombie: return p + " has exited (zombie)";
+    case sys::liveness::alive:
+    case sys::liveness::unknown: break;
   }
   const bool same_boot = !m.boot_id.empty() && m.boot_id == pv.boot_id;
   if (!m.boot_id.empty() && !pv.boot_id.empty() && !same_boot) return std::string("recorded under another boot");
   if (auto st = pv.start_of(pid)) {
     bool recycled = false;
     if (m.proc_ticks && same_boot) recycled = st->ticks != *m.proc_ticks;
-    else if (m.proc_start) recycled = st->epoch_ms > *m.proc_start + recycle_slack_ms;
-    else if (m.started_at) recycled = st->epoch_ms > *m.started_at + recycle_slack_ms;
+    else if (m.proc_start) recycled = st->epoch_ms > sat_add(*m.proc_start, recycle_slack_ms);
+    else if (m.started_at) recycled = st->epoch_ms > sat_add(*m.started_at, recycle_slack_ms);
     if (recycled) return p + " now belongs to a process started after the lock was taken (pid reused)";
   }
   return std::nullopt;
@@ -71,7 +70,7 @@ std::optional<std::string> node_stale_reason(const snapshot& s, std::int64_t now
   if (s.meta.node_null) return std::string("meta.json does not parse as a JSON object");
   if (s.meta.js_pid && !node_alive(*s.meta.js_pid, pv))
     return "kill(" + describe_number(*s.meta.js_pid) + ", 0) fails for them";
-  const std::int64_t age = now_ms - s.meta_mtime_ms;
+  const std::int64_t age = sat_sub(now_ms, s.meta_mtime_ms);
   if (age > ttl_ms) return "meta.json not refreshed for " + dur(age) + " (their TTL " + dur(ttl_ms) + ")";
   return std::nullopt;
 }
@@ -91,18 +90,6 @@ std::optional<std::string> not_made_by_mkdir(const snapshot& s) {
   return std::nullopt;
 }
 
-bool recorded_process_alive(const recorded_process& r, const process_view& pv) {
-  if (!sys::valid_pid(r.pid)) return false;
-  if (!r.host.empty() && r.host != pv.host) return true;
-  if (!r.boot_id.empty() && !pv.boot_id.empty() && r.boot_id != pv.boot_id) return false;
-  if (pv.probe(r.pid) != sys::liveness::alive) return false;
-  if (r.start_ticks) {
-    auto st = pv.start_of(r.pid);
-    if (st && st->ticks != r.start_ticks) return false;  // the pid was reused
-  }
-  return true;
-}
-
 go_view go_inspect(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, const process_view& pv) {
   go_view g;
   if (!s.present || !s.is_dir || !s.meta_exists || !s.meta.go_ok) return g;
@@ -112,7 +99,7 @@ go_view go_inspect(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, 
     // names no process.
     if (pid > sys::max_pid || pv.probe(pid) == sys::liveness::dead) return g;
   }
-  std::int64_t age = now_ms - s.meta_mtime_ms;
+  std::int64_t age = sat_sub(now_ms, s.meta_mtime_ms);
   if (age > ttl_ms) return g;
   g.held = true;
   g.pid = pid;
@@ -120,21 +107,49 @@ go_view go_inspect(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, 
   return g;
 }
 
+std::int64_t sat_sub(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) return b < 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
+
+std::int64_t sat_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
+
+namespace {
+
+verdict with(judgment state, std::string reason) {
+  verdict v;
+  v.state = state;
+  v.reason = std::move(reason);
+  return v;
+}
+
+}  // namespace
+
 verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::int64_t grace_ms,
               const process_view& pv) {
-  verdict v;
-  if (!s.present) {
-    v.stale = true;
-    v.reason = "absent";
+  if (!s.present) return with(judgment::absent, "absent");
+  const parsed_meta& m = s.meta;
+
+  // A look that failed (meta.json unreadable for EACCES, out of descriptors,
+  // an I/O error) says nothing about the holder: unknown, never stale.
+  if (s.look_errno) {
+    verdict v = with(judgment::unknown, "cannot tell whether it is held: " + s.look_failed + " failed (" +
+                                            std::error_code(s.look_errno, std::generic_category()).message() + ")");
+    v.error = s.look_errno;
+    v.watch_contents = true;
     return v;
   }
-  const parsed_meta& m = s.meta;
+
   std::int64_t pid = 0;
   if (s.meta_exists && !m.node_null && m.js_pid) {
     double p = *m.js_pid;
     if (js_int32(p)) pid = static_cast<std::int64_t>(p);
   }
-
   // B6 judges a recorded pid only where the number means the same process
   // to this reader: recorded on this host, in this pid namespace (or with no
   // namespace recorded: v1 runners, offload-lock before 0.2).
@@ -142,87 +157,95 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
   const bool other_ns = m.pid_ns && pv.pid_ns && *m.pid_ns != *pv.pid_ns;
   const bool judge_pid = pid > 0 && !other_host && !other_ns;
 
-  // A live offload-lock holder keeps an OFD write lock on its meta.json,
-  // which only a process that can open that file for writing can take: a
-  // proof of life no other user can forge. It outlives the TTL and speaks
-  // for a holder in another pid namespace; but a dead recorded pid of this
-  // namespace still frees the lock, whatever its forked children hold, as v1
-  // judges it. A zombie does not: it is the CMD of an `offload-lock run`
-  // (the process with the proof) that is about to release and reap it, and
-  // every v1 participant still sees it alive.
+  // The proof of life first (doc/protocol.md B6). A live offload-lock holder
+  // keeps an OFD write lock on its meta.json, which only a process that can
+  // open that file for writing can take, and which no forked child keeps: a
+  // proof no other user can forge and no stray child can prolong. It
+  // outranks every other sign: the recorded pid (a zombie CMD of `run`, a
+  // pid in another namespace), its start time (shifted in a time
+  // namespace), the boot id (another in a sandbox), /proc (hidepid) and
+  // the TTL. (tests/multiprocess/trust_test.cpp)
   if (s.proof_of_life) {
-    if (judge_pid)
-      if (auto gone = pid_gone(m, pid, pv, false)) {
-        v.stale = true;
-        v.reason = *gone;
-        return v;
-      }
-    v.reason = other_ns ? "held by a live offload-lock process in another pid namespace"
-                        : "held by a live offload-lock process";
+    verdict v = with(judgment::held, other_ns ? "held by a live offload-lock process in another pid namespace"
+                                              : "held by a live offload-lock process");
     v.holder_pid = judge_pid ? pid : 0;
     v.watch_contents = true;  // its death closes meta.json: IN_CLOSE_WRITE, in any namespace
     return v;
   }
+  if (s.proof_unknown) {
+    verdict v = with(judgment::unknown, "cannot tell whether its holder lives: the probe of its meta.json's lock failed");
+    v.holder_pid = judge_pid ? pid : 0;
+    v.watch_contents = true;
+    return v;
+  }
 
-  // B3: a missing, unreadable or unparseable meta.json may be a Node runner
-  // between its mkdir and its write. Leave it alone for the grace period;
-  // unless no runner's mkdir could have made the directory.
-  if ((!s.meta_exists || m.node_null) && s.is_dir)
-    if (auto why = not_made_by_mkdir(s)) {
-      v.not_a_lock = true;
-      v.reason = *why;
-      return v;
-    }
+  // B3: a missing or unparseable meta.json may be a Node runner between its
+  // mkdir and its write. Leave it alone for the grace period; unless no
+  // runner's mkdir could have made the directory, or it holds what no lock
+  // holds, or it was an empty directory already older than the grace when
+  // this observer first saw it: a directory a person made, not a claim in
+  // progress (a claim interrupted between mkdir and write is seen young by
+  // whoever waits for it; doc/protocol.md B3).
   if (!s.meta_exists || m.node_null) {
-    std::int64_t newest = std::max(s.dir_mtime_ms, s.meta_exists ? s.meta_mtime_ms : 0);
-    std::string what = !s.meta_exists ? "meta.json is missing"
-                       : !m.parsed    ? "meta.json is not valid JSON"
-                                      : "meta.json holds a falsy JSON value";
+    if (s.is_dir) {
+      if (auto why = not_made_by_mkdir(s)) return with(judgment::not_a_lock, *why);
+      if (!s.foreign_entry.empty()) {
+        verdict v = with(judgment::not_a_lock, "a directory holding '" + s.foreign_entry + "', which is not part of a lock");
+        v.error = static_cast<int>(std::errc::directory_not_empty);  // as removing it would say
+        return v;
+      }
+      if (!s.meta_exists && s.listed_empty && s.first_seen_age_ms > grace_ms)
+        return with(judgment::not_a_lock, "an empty directory that was already " + dur(s.first_seen_age_ms) +
+                                              " old, longer than the " + dur(grace_ms) +
+                                              " grace, when first looked at: made by hand, not by a claim");
+    }
+    const std::int64_t newest = std::max(s.dir_mtime_ms, s.meta_exists ? s.meta_mtime_ms : 0);
+    const std::string what = !s.meta_exists ? "meta.json is missing"
+                             : !m.parsed    ? "meta.json is not valid JSON"
+                                            : "meta.json holds a falsy JSON value";
+    const std::int64_t quiet = std::max(sat_sub(now_ms, newest), s.unchanged_for_ms);
+    verdict v;
     v.incomplete = true;
     v.watch_contents = true;
-    std::int64_t quiet = std::max(now_ms - newest, s.unchanged_for_ms);
     if (quiet < grace_ms) {
+      v.state = judgment::held;
       v.reason = what + " (within the " + dur(grace_ms) + " grace)";
-      v.changes_at_ms = now_ms + (grace_ms - quiet);
+      v.changes_at_ms = sat_add(now_ms, grace_ms - quiet);
       return v;
     }
-    v.stale = true;
+    v.state = judgment::stale;
     v.reason = what;
     return v;
   }
 
-  if (m.js_pid && !js_int32(*m.js_pid)) {
-    v.stale = true;
-    v.reason = "pid is not a valid process id";
-    return v;
-  }
+  if (m.js_pid && !js_int32(*m.js_pid)) return with(judgment::stale, "pid is not a valid process id");
 
+  verdict v;
   // pid <= 0 is never signalled (it would address a process group).
   if (judge_pid) {
-    if (auto gone = pid_gone(m, pid, pv)) {
-      v.stale = true;
-      v.reason = *gone;
+    if (pv.probe(pid) == sys::liveness::unknown) {
+      v = with(judgment::unknown, "cannot tell whether holder pid " + std::to_string(pid) + " lives (kill failed)");
+      v.holder_pid = pid;
       return v;
     }
+    if (auto gone = pid_gone(m, pid, pv)) return with(judgment::stale, *gone);
     v.holder_pid = pid;
   } else if (other_ns && !other_host) {
     // An offload-lock holder of another pid namespace lives exactly as long
     // as its proof of life: without it, it has gone.
-    v.stale = true;
-    v.reason = "holder of another pid namespace no longer holds its meta.json (it has exited)";
-    return v;
+    return with(judgment::stale, "holder of another pid namespace no longer holds its meta.json (it has exited)");
   }
 
   // Node's rule (A3), on the wall clock; but never younger than the time
   // this observer has itself watched the meta unchanged (see snapshot).
-  std::int64_t age = std::max(now_ms - s.meta_mtime_ms, s.unchanged_for_ms);
+  const std::int64_t age = std::max(sat_sub(now_ms, s.meta_mtime_ms), s.unchanged_for_ms);
   if (age > ttl_ms) {
-    v.stale = true;
-    v.reason = "meta.json not refreshed for " + dur(age) + " (TTL " + dur(ttl_ms) + ")";
-    return v;
+    verdict t = with(judgment::stale, "meta.json not refreshed for " + dur(age) + " (TTL " + dur(ttl_ms) + ")");
+    return t;
   }
+  v.state = judgment::held;
   v.reason = "held";
-  v.changes_at_ms = now_ms + (ttl_ms - age) + 1;
+  v.changes_at_ms = sat_add(sat_add(now_ms, ttl_ms - age), 1);
   return v;
 }
 

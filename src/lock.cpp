@@ -45,17 +45,29 @@ result<lock> lock::acquire(const std::string& path, milliseconds wait) {
 
 bool lock::owns() const noexcept { return static_cast<bool>(h_); }
 
+namespace {
+// A forked child's copy of a lock: it holds nothing, and touches nothing
+// (the gate's mutex may have been copied in any state).
+bool forked_copy(const detail::handle& h) { return h.pid != sys::self_pid(); }
+}  // namespace
+
 bool lock::still_held() const {
-  if (!h_) return false;
+  if (!h_ || forked_copy(*h_)) return false;
   std::lock_guard<std::mutex> g(h_->gate->mu);
   if (h_->gate->held) return h_->gate->held->still_ours();
   return !h_->gate->inherited_token.empty();
 }
 
 bool lock::yield_requested() const {
-  if (!h_) return false;
+  if (!h_ || forked_copy(*h_)) return false;
   std::lock_guard<std::mutex> g(h_->gate->mu);
   return h_->gate->held && h_->gate->held->yield_asked;
+}
+
+bool lock::max_hold_passed() const {
+  if (!h_ || forked_copy(*h_)) return false;
+  std::lock_guard<std::mutex> g(h_->gate->mu);
+  return h_->gate->held && h_->gate->held->max_hold_over();
 }
 
 const std::string& lock::path() const { return h_ && h_->gate->held ? h_->gate->held->t.path : kEmpty; }
@@ -72,7 +84,7 @@ bool lock::inherited() const noexcept {
 }
 
 std::vector<std::pair<std::string, std::string>> lock::child_environment() const {
-  if (!h_) return {};
+  if (!h_ || forked_copy(*h_)) return {};
   std::lock_guard<std::mutex> g(h_->gate->mu);
   std::string path = h_->gate->held ? h_->gate->held->t.path : inherited_path().value_or("");
   return {{env_lock_path, path}, {env_lock_token, token()}};
@@ -81,6 +93,11 @@ std::vector<std::pair<std::string, std::string>> lock::child_environment() const
 error lock::release() {
   if (!h_) return error(errc::lost, "release of a lock that is not held");
   std::unique_ptr<handle> h = std::move(h_);
+  if (forked_copy(*h)) {
+    // Nothing here is this process's; the parent's lock stays the parent's.
+    return error(errc::lost, "a lock taken by process " + std::to_string(h->pid) +
+                                 ", which forked this one; a forked child cannot release it");
+  }
   local_gate& g = *h->gate;
   std::unique_lock<std::mutex> guard(g.mu);
   // A nested acquisition only counts down; the outermost one releases.
@@ -88,39 +105,47 @@ error lock::release() {
   if (!h->outermost) return {};
   std::shared_ptr<held_state> held = std::move(g.held);
   g.inherited_token.clear();
-  g.owned = false;
   g.depth = 0;
   guard.unlock();
   error e = held ? held->release() : error{};  // an inherited claim stays the parent's
-  g.cv.notify_all();
+  g.leave();
   return e;
 }
 
 void lock::detach() noexcept {
   if (!h_) return;
   std::unique_ptr<handle> h = std::move(h_);
-  std::lock_guard<std::mutex> guard(h->gate->mu);
-  if (!h->outermost) {
-    if (h->gate->depth > 0) --h->gate->depth;
-    return;
+  if (forked_copy(*h)) return;
+  {
+    std::lock_guard<std::mutex> guard(h->gate->mu);
+    if (!h->outermost) {
+      if (h->gate->depth > 0) --h->gate->depth;
+      return;
+    }
+    if (h->gate->held) {
+      h->gate->held->stop_heartbeat();
+      h->gate->held->released = true;
+    }
+    h->gate->held.reset();
+    h->gate->inherited_token.clear();
+    h->gate->depth = 0;
   }
-  if (h->gate->held) {
-    h->gate->held->stop_heartbeat();
-    h->gate->held->released = true;
-  }
-  h->gate->held.reset();
-  h->gate->inherited_token.clear();
-  h->gate->owned = false;
-  h->gate->depth = 0;
-  h->gate->cv.notify_all();
+  h->gate->leave();
 }
 
 error lock::hold_until_holder_exits() {
-  if (!h_ || !h_->outermost || !h_->gate->held) return error(errc::lost, "hold of a lock that is not held here");
-  std::shared_ptr<held_state> held = h_->gate->held;
-  held->stop_heartbeat();
+  if (!h_ || !h_->outermost) return error(errc::lost, "hold of a lock that is not held here");
   // The one call a forked child may make on its copy: it takes the lock over
-  // (`offload-lock acquire` leaves a detached keeper this way).
+  // (`offload-lock acquire` leaves a detached keeper this way). Its gate
+  // copy is this process's from now on.
+  h_->pid = sys::self_pid();
+  std::shared_ptr<held_state> held;
+  {
+    std::lock_guard<std::mutex> g(h_->gate->mu);
+    held = h_->gate->held;
+  }
+  if (!held) return error(errc::lost, "hold of a lock that is not held here");
+  held->stop_heartbeat();
   held->owner_pid = sys::self_pid();
   if (held->keep_until_holder_exits() == held_state::kept::lost) {
     held->released = true;

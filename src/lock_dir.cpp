@@ -1,5 +1,5 @@
 // The lock directory (lock_dir.hpp): its path and private names, its allowed
-// contents, and observing it (PROTOCOL B1, B4).
+// contents, and observing it (doc/protocol.md B1, B4).
 #include "lock_dir.hpp"
 
 #include "meta.hpp"
@@ -7,23 +7,33 @@
 #include "os/process.hpp"
 #include "os/test_hooks.hpp"
 
+#include <algorithm>
+
 namespace offload_lock::detail {
 
 namespace {
 
 bool lock_file_name(const std::string& n) { return n == meta_file_name || n.rfind(".meta.json.", 0) == 0; }
 
-// The names in a lock directory, or ENOTEMPTY naming the first that is not
-// part of a lock.
-result<std::vector<std::string>> lock_contents(int dir, const std::string& shown) {
+// The names in a lock directory; with `foreign`, the first name that is not
+// part of a lock goes there (and nothing else is returned), otherwise such a
+// name is ENOTEMPTY naming it. A failure to look (EMFILE on a stat, say) is
+// that failure, never taken for a foreign file.
+result<std::vector<std::string>> lock_contents(int dir, const std::string& shown, std::string* foreign = nullptr) {
   auto names = sys::list_dir(dir, shown);
   if (!names) return names.error();
   for (const auto& n : *names) {
     auto st = sys::stat_at(dir, n, shown + "/" + n);
     if (!st && st.error().code() == std::errc::no_such_file_or_directory) continue;
-    if (!st || !lock_file_name(n) || !st->is_regular)
+    if (!st) return st.error();
+    if (!lock_file_name(n) || !st->is_regular) {
+      if (foreign) {
+        *foreign = n;
+        return std::vector<std::string>{};
+      }
       return error(sys::errno_code(std::errc::directory_not_empty),
                    "refusing to remove " + shown + ": it holds '" + n + "', which is not part of a lock");
+    }
   }
   return names;
 }
@@ -54,11 +64,12 @@ result<target> open_target(const std::string& path) {
 
 std::string stage_prefix(const target& t) { return "." + t.name + ".stage-"; }
 std::string aside_prefix(const target& t) { return "." + t.name + ".aside-"; }
+std::string next_prefix(const target& t) { return "." + t.name + ".next-"; }
 std::string unique_suffix() { return std::to_string(sys::self_pid()) + "-" + sys::random_hex(6); }
 
 std::int64_t private_name_pid(const target& t, const std::string& n) {
   std::string rest;
-  for (const auto& prefix : {stage_prefix(t), aside_prefix(t)})
+  for (const auto& prefix : {stage_prefix(t), aside_prefix(t), next_prefix(t)})
     if (n.compare(0, prefix.size(), prefix) == 0) rest = n.substr(prefix.size());
   if (rest.empty()) return 0;
   try {
@@ -75,7 +86,21 @@ error check_lock_contents(int dir, const std::string& shown) {
 
 error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown, const char* crash_op) {
   auto d = sys::open_dir(dirfd, name, true, shown);
-  if (!d) return d.error().code() == std::errc::no_such_file_or_directory ? error{} : d.error();
+  if (!d) {
+    if (d.error().code() == std::errc::no_such_file_or_directory) return {};
+    // Out of descriptors or memory: what a lock holds, by path through the
+    // parent, then an rmdir, which only ever removes an empty directory
+    // (anything else in it stays, and so does the directory).
+    const auto c = d.error().code();
+    if (c != std::errc::too_many_files_open && c != std::errc::too_many_files_open_in_system &&
+        c != std::errc::not_enough_memory)
+      return d.error();
+    const std::string meta = name + "/" + meta_file_name;
+    if (auto e = sys::unlink_at(dirfd, meta, false, shown + "/" + meta_file_name);
+        e && e.code() != std::errc::no_such_file_or_directory)
+      return e;
+    return sys::unlink_at(dirfd, name, true, shown);
+  }
   auto names = lock_contents(d->get(), shown);
   if (!names) return names.error();
   for (const auto& n : *names)
@@ -84,17 +109,49 @@ error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& 
   return sys::unlink_at(dirfd, name, true, shown);
 }
 
+namespace {
+
+// A failure to read meta.json that is a fact about the file (absent, a
+// symlink or something else planted there: never followed) rather than a
+// failure of this reader (EACCES, out of descriptors, EIO): only the latter
+// makes the judgment unknown.
+bool about_the_file(const error& e) {
+  const auto c = e.code();
+  return c == std::errc::no_such_file_or_directory || c == std::errc::too_many_symbolic_link_levels ||
+         c == std::errc::invalid_argument || c == std::errc::is_a_directory;
+}
+
+}  // namespace
+
 void read_state(int dir, const std::string& path, snapshot& s) {
   auto mb = sys::read_file_at(dir, meta_file_name, meta_cap, path + "/" + meta_file_name, true);
   s.meta_exists = static_cast<bool>(mb);
   s.meta = parsed_meta{};
   s.proof_of_life = false;
+  s.proof_unknown = false;
+  s.listed_empty = false;
+  s.foreign_entry.clear();
   if (mb) {
     s.meta_mtime_ms = mb->st.mtime_ms;
-    s.proof_of_life = mb->write_locked;
+    s.proof_of_life = mb->write_lock == sys::lock_probe::locked;
+    s.proof_unknown = mb->write_lock == sys::lock_probe::unknown;
     // An oversized meta.json is read as unparseable, as a bound on work.
     if (!mb->truncated) s.meta = parse_meta(mb->bytes);
+    return;
   }
+  if (!about_the_file(mb.error())) {
+    s.look_errno = mb.error().code().value();
+    s.look_failed = "reading " + path + "/" + meta_file_name;
+    return;
+  }
+  // No meta.json: what is in the directory tells a claim from anything else.
+  auto names = lock_contents(dir, path, &s.foreign_entry);
+  if (!names) {
+    s.look_errno = names.error().code().value();
+    s.look_failed = "listing " + path;
+    return;
+  }
+  s.listed_empty = s.foreign_entry.empty() && names->empty();
 }
 
 result<observed> observe(const target& t) {
@@ -111,13 +168,18 @@ result<observed> observe(const target& t) {
   o.snap.dir_mtime_ms = st->mtime_ms;
   o.snap.owner_uid = st->uid;
   o.snap.dir_mode = st->mode;
+  o.snap.first_seen_age_ms = std::max<std::int64_t>(0, sat_sub(sys::now_ms(), st->mtime_ms));
   if (auto pst = sys::stat_fd(t.parent.get(), "parent of " + t.path)) o.snap.parent_mode = pst->mode;
   if (!st->is_dir) return o;
   auto d = sys::open_dir(t.parent.get(), t.name, true, t.path);
   if (!d) {
     // Gone since the stat: report it absent so the caller tries again. Any
-    // other failure leaves the meta unreadable, as it is for every reader.
+    // other failure (EACCES, out of descriptors) leaves the holder unknown.
     if (d.error().code() == std::errc::no_such_file_or_directory) o.snap.present = false;
+    else {
+      o.snap.look_errno = d.error().code().value();
+      o.snap.look_failed = "opening " + t.path;
+    }
     return o;
   }
   if (auto fst = sys::stat_fd(d->get(), t.path)) {
@@ -133,8 +195,10 @@ result<observed> observe(const target& t) {
 
 void watch_clock::update(snapshot& s) {
   const std::int64_t now = sys::monotonic_ms();
-  const bool same = have && s.present && s.id == id && s.meta_exists == meta_exists && s.dir_mtime_ms == dir_mtime &&
+  const bool same_dir = have && s.present && s.id == id;
+  const bool same = same_dir && s.meta_exists == meta_exists && s.dir_mtime_ms == dir_mtime &&
                     s.meta_mtime_ms == meta_mtime;
+  if (!same_dir) first_age = s.first_seen_age_ms;
   if (!same) {
     have = s.present;
     id = s.id;
@@ -144,6 +208,7 @@ void watch_clock::update(snapshot& s) {
     since = now;
   }
   s.unchanged_for_ms = now - since;
+  s.first_seen_age_ms = first_age;
 }
 
 error not_a_lock_directory(const std::string& path, const snapshot& s) {

@@ -1,4 +1,4 @@
-// The lock directory as every step sees it (PROTOCOL B1, B4): the lock path
+// The lock directory as every step sees it (doc/protocol.md B1, B4): the lock path
 // opened through its parent, the private names beside it (staging and
 // moved-aside directories), what a lock directory may contain, and one look
 // at what is at the path now.
@@ -25,10 +25,14 @@ struct target {
 // open error (ENOENT, EACCES, ...) naming it.
 result<target> open_target(const std::string& path);
 
-// ".<name>.stage-" and ".<name>.aside-": the prefixes of the private names
-// beside the lock, each followed by "<pid>-<12 hex digits>" (unique_suffix).
+// ".<name>.stage-", ".<name>.aside-" and ".<name>.next-": the prefixes of
+// the private names beside the lock, each followed by "<pid>-<12 hex
+// digits>" (unique_suffix): a claim being built, a directory being removed,
+// and a waiter's staged lock for the handoff (handoff.hpp), whose suffix is
+// its queue entry's.
 std::string stage_prefix(const target& t);
 std::string aside_prefix(const target& t);
+std::string next_prefix(const target& t);
 std::string unique_suffix();
 // The pid in a private name of `t`, 0 when `n` is not one.
 std::int64_t private_name_pid(const target& t, const std::string& n);
@@ -46,23 +50,29 @@ error check_lock_contents(int dir, const std::string& shown);
 error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown,
                          const char* crash_op = nullptr);
 
-// Reads meta.json and the holder's OFD lock through an open lock directory.
+// Reads meta.json and the holder's OFD lock through an open lock directory;
+// without meta.json, lists what the directory holds. A failure of this
+// reader (EACCES, EMFILE, EIO ...) is snapshot::look_errno: unknown.
 void read_state(int dir, const std::string& path, snapshot& s);
 
 struct observed {
   snapshot snap;
   sys::fd dir;  // the directory judged, when it could be opened
 };
-// What is at the path now. Only a failure to look at all is an error.
+// What is at the path now. Only a failure to stat the path at all is an
+// error; any later failure is snapshot::look_errno.
 result<observed> observe(const target& t);
 
 // How long one waiter has seen the lock unchanged, by its own monotonic
 // clock (snapshot::unchanged_for_ms): same directory, same mtimes.
+// It also remembers how old the directory was when first seen
+// (snapshot::first_seen_age_ms).
 struct watch_clock {
   bool have = false;
   sys::file_id id;
   bool meta_exists = false;
   std::int64_t dir_mtime = 0, meta_mtime = 0, since = 0;
+  std::int64_t first_age = -1;
   void update(snapshot& s);
 };
 

@@ -12,7 +12,7 @@ using ojson = nlohmann::ordered_json;
 
 std::string serialize(const meta_record& m) {
   ojson j;
-  // Insertion order is the byte order: pid, startedAt first (PROTOCOL B2).
+  // Insertion order is the byte order: pid, startedAt first (doc/protocol.md B2).
   j["pid"] = m.pid;
   j["startedAt"] = m.started_at;
   j["token"] = m.token;
@@ -24,6 +24,7 @@ std::string serialize(const meta_record& m) {
   if (m.pid_ns) j["pidNs"] = m.pid_ns;
   if (m.priority) j["priority"] = m.priority;
   if (m.expect_ms > 0) j["expectMs"] = m.expect_ms;
+  if (m.max_hold_ms > 0) j["maxHoldMs"] = m.max_hold_ms;
   if (!m.passed_over.empty()) {
     ojson p = ojson::array();
     for (std::size_t k = 0; k < m.passed_over.size() && k < max_passed_over; ++k) p.push_back(m.passed_over[k]);
@@ -202,12 +203,15 @@ parsed_meta parse_meta(std::string_view bytes) {
   if (auto it = v.find("passedOver"); it != v.end() && it->is_array())
     for (const auto& e : *it) {
       if (m.passed_over.size() >= max_passed_over) break;
-      auto p = integral(e);
-      if (p && sys::valid_pid(*p)) m.passed_over.push_back(*p);
+      if (e.is_string() && e.get_ref<const std::string&>().size() <= 128) m.passed_over.push_back(e.get<std::string>());
     }
   if (auto it = v.find("expectMs"); it != v.end()) {
     auto e = integral(*it);
     if (e && *e > 0) m.expect_ms = e;
+  }
+  if (auto it = v.find("maxHoldMs"); it != v.end()) {
+    auto e = integral(*it);
+    if (e && *e > 0) m.max_hold_ms = e;
   }
   if (auto it = v.find("gpu"); it != v.end()) {
     auto g = integral(*it);

@@ -1,6 +1,6 @@
-// meta.json: the bytes offload-lock writes (PROTOCOL B2, B8) and how every
+// meta.json: the bytes offload-lock writes (doc/protocol.md B2, B8) and how every
 // participant — Node's readMeta(), Go's json.Unmarshal, offload-lock — reads
-// whatever bytes it finds there (PROTOCOL A3, A5).
+// whatever bytes it finds there (doc/protocol.md A3, A5).
 #ifndef OFFLOAD_LOCK_SRC_META_HPP
 #define OFFLOAD_LOCK_SRC_META_HPP
 
@@ -33,10 +33,12 @@ struct meta_record {
   std::uint64_t pid_ns = 0;      // the inode of the holder's pid namespace; 0: unknown (not written)
   int priority = 0;              // lock_options::priority (written when not 0)
   std::int64_t expect_ms = 0;    // lock_options::expected; 0: undeclared (not written)
-  // Waiters (pids) this holder's acquisition passed over in the queue and
-  // still queued, so that those behind it pass them over too (not written
+  std::int64_t max_hold_ms = 0;  // lock_options::max_hold; 0: none (not written)
+  // The queue entries ("<user dir>/<name>") this holder's acquisition passed
+  // over and still queued, so that those behind it pass them over too, and
+  // so that each of those waiters learns it and queues again (not written
   // when empty).
-  std::vector<std::int64_t> passed_over;
+  std::vector<std::string> passed_over;
   int gpu = -1;                  // the GPU slot this lock is (written when >= 0)
   bool can_yield = false;        // lock_options::on_yield_request is set (written when true)
 };
@@ -68,7 +70,8 @@ struct parsed_meta {
   std::optional<std::uint64_t> proc_ticks;
   std::optional<std::uint64_t> pid_ns;  // "pidNs": the holder's pid namespace
   std::optional<std::int64_t> priority, expect_ms;  // "priority", "expectMs"
-  std::vector<std::int64_t> passed_over;            // "passedOver", valid pids only
+  std::optional<std::int64_t> max_hold_ms;          // "maxHoldMs"
+  std::vector<std::string> passed_over;             // "passedOver": entry names of the registry's form
   std::optional<std::int64_t> gpu;                  // "gpu": the slot, 0 to 1023
   bool can_yield = false;                           // "canYield": true
 };

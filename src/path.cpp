@@ -1,4 +1,4 @@
-// Lock path resolution (PROTOCOL A1). Pure string work: the file system is
+// Lock path resolution (doc/protocol.md A1). Pure string work: the file system is
 // not consulted, so every participant's rule can be checked side by side.
 #include "offload_lock/path.hpp"
 
@@ -39,12 +39,15 @@ std::string clean_path(std::string_view p) {
     }
     i = j + 1;
   }
+  // Nothing left is "/" or ".". Returned here rather than assigned to an
+  // empty result later: GCC 12 reads `out = "."` after the appends as a
+  // possibly overlapping copy and warns (-Wrestrict).
+  if (parts.empty()) return absolute ? "/" : ".";
   std::string out = absolute ? "/" : "";
   for (std::size_t k = 0; k < parts.size(); ++k) {
     if (k) out += '/';
     out += parts[k];
   }
-  if (out.empty()) out = ".";
   return out;
 }
 

@@ -1,5 +1,19 @@
-// The ordered queue of one lock: a waiter's place in it, and waiting for its
-// turn (served by priority, then arrival) without waking on every release.
+// The ordered queue of one lock, as one waiter takes part in it: its place
+// (the entry), who is ahead of it for a slot, its role, the pass-over clock
+// (the one home of the pass-over grace), and who may be asked to yield.
+//
+// Order: priority, then arrival (registry.hpp). Roles, so that thousands of
+// waiters stay herd-free within the 128 inotify instances a user has:
+// - active: fewer than `active_waiters` live entries of its own user are
+//   ahead of it. It watches the lock (inotify, pidfd), stages its lock for
+//   the handoff (handoff.hpp) and passes over a waiter ahead that leaves a
+//   free lock unclaimed;
+// - inactive: it sleeps on the exit of its own user's entry just ahead
+//   (pidfd, no inotify instance) and on its wake channel. It tells that
+//   entry's waiter that it follows it (a line in that waiter's channel);
+//   a waiter wakes its followers when it leaves the queue or moves up.
+// Another user's entries never make a waiter inactive: they are ahead in
+// the order, but cannot blind it to a free lock.
 #ifndef OFFLOAD_LOCK_SRC_QUEUE_HPP
 #define OFFLOAD_LOCK_SRC_QUEUE_HPP
 
@@ -10,81 +24,117 @@
 #include <string>
 #include <vector>
 
-#include "judge.hpp"
-#include "lock_dir.hpp"
-#include "os/watch.hpp"
-#include "offload_lock/lock.hpp"
-#include "waiters.hpp"
+#include "offload_lock/inspect.hpp"
+#include "plan.hpp"
+#include "registry.hpp"
 
 namespace offload_lock::detail {
 
-class wait_report;
+// How many of one user's waiters watch the lock at once: the head and the
+// one that passes it over if it is stuck.
+inline constexpr int active_waiters = 2;
 
-// How long a waiter ahead may leave a free lock unclaimed before those
-// behind it pass it over (a stopped or hung process).
-inline constexpr std::int64_t pass_over_grace_ms = 200;
-// How often the head and the next in line re-check a lock they cannot
-// watch (no inotify instance left: 128 per user by default), well within
-// the grace, so that the queue does not wait a fallback second per handoff.
-inline constexpr std::int64_t queue_poll_ms = 25;
+// This waiter's view of the queue for one slot.
+struct queue_view {
+  std::vector<queue_entry> ahead;       // live, served before this one, would take the slot, not passed over
+  int own_ahead = 0;                    // how many of `ahead` are this user's
+  std::optional<queue_entry> own_pred;  // this user's entry just ahead (an inactive waiter sleeps on its exit)
+  bool active() const { return own_ahead < active_waiters; }
+};
 
-// One waiter's place in the queue of the lock at `registry_path` (slot 0's
-// path), for slot `slot` (0 for a plain lock). Made when an acquisition
-// starts; the entry is written by join() and removed by the destructor.
+// The entry name as meta.json's passedOver records it: "<user dir>/<name>".
+std::string passed_name(const queue_entry& e);
+
+// One waiter's place in the queue of the lock at `base` (slot 0's path).
+// Made when an acquisition starts; the entry is written by join() and
+// removed by leave() or the destructor. Not thread-safe.
 class queue_place {
  public:
-  queue_place(const lock_options& opt, std::string registry_path, int gpu, int gpus, std::int64_t arrived_us,
-              std::int64_t arrived_ms);
+  explicit queue_place(const plan& p);
+  ~queue_place();
+  queue_place(const queue_place&) = delete;
+  queue_place& operator=(const queue_place&) = delete;
+
   bool joined() const { return reg_ != nullptr; }
-  // Writes the entry (once). Best effort: a registry that cannot be written
-  // leaves this waiter out of the queue, claiming whenever it finds the lock
-  // free, as before there was one.
+  // Writes the entry (once), after sweeping this user's dead entries. Best
+  // effort: a registry that cannot be written leaves this waiter out of the
+  // queue, claiming whenever it finds the lock free, as a v1 runner does.
   void join();
-  // The live waiters for the same slot that are served before this one
-  // (every live one while not joined), nearest last; those passed over left
-  // out.
-  std::vector<queue_entry> ahead() { return ahead_for(queue_slot(me_.rec)); }
-  // The same for slot `slot`, for a wait among several slots: the live
-  // waiters served before this one that would take that slot.
-  std::vector<queue_entry> ahead_for(int slot);
-  // From now on the entries of `pid` are not waited for.
-  void pass_over(std::int64_t pid) { passed_.insert(pid); }
-  // The passed-over pids that still have a live entry in the queue: what a
-  // holder records (meta.json passedOver) so that those behind it do not
-  // give them their grace again.
-  std::vector<std::int64_t> passed_still_queued();
+  // Leaves the queue and wakes this user's next waiters behind it (they may
+  // now be active).
+  void leave();
+  // Leaves and joins again at the back of its priority class (a waiter
+  // found passed over in a holder's meta.json).
+  void rejoin();
+
+  // Reads the queue once (for one round of an acquisition); view() then
+  // says who is ahead for each slot.
+  void refresh();
+  // Who is ahead for slot `slot` (every live entry while not joined), as of
+  // the last refresh().
+  queue_view view(int slot) const;
+  const queue_entry* me() const { return reg_ ? &reg_->entry() : nullptr; }
+  int wake_fd() const { return reg_ ? reg_->wake_fd() : -1; }
+  // Reads the wake channel: followers announcing themselves are noted.
+  void read_wake();
+  // Tells `pred` (an entry of this user ahead) that this waiter follows it
+  // (before each sleep behind it). False when `pred` will not wake it (it left the
+  // queue meanwhile, or its channel cannot be written): look again soon.
+  bool follow(const queue_entry& pred);
+  // Wakes the followers (this waiter moved up, or leaves).
+  void wake_followers();
+  // This waiter's position for slot `slot`: 1 is next (0 when not joined).
+  int position(int slot) const;
+
+  // From now on `e` is not waited for.
+  void pass_over(const queue_entry& e) { passed_.insert(passed_name(e)); }
+  // Those a holder's meta.json says it passed over: passed over here too,
+  // rather than given their grace again. True when this waiter is one of
+  // them (it then rejoins: passed over is not out).
+  bool learn_passed(const std::vector<std::string>& names);
+  const std::set<std::string>& passed() const { return passed_; }
+  // The passed-over entries still queued, for meta.json's passedOver.
+  std::vector<std::string> passed_still_queued();
   registry_reader& reader() { return reader_; }
 
  private:
-  const lock_options& opt_;
-  std::string registry_path_;
-  int gpu_, gpus_;
-  queue_entry me_;
+  const plan& p_;
+  waiter_record rec_;
   registry_reader reader_;
-  std::unique_ptr<waiter_registration> reg_;
-  std::set<std::int64_t> passed_;
+  std::unique_ptr<registration> reg_;
+  std::set<std::string> passed_;
+  std::vector<queue_entry> ahead_all_;  // the last refresh(): live entries served before this one
+  std::set<std::pair<std::string, std::string>> followers_;  // (user dir, stem)
+  std::string following_;  // the predecessor told, as passed_name
 };
 
-// The first live waiter, in serving order, that would take slot `slot` and
-// has a priority above `priority`: whom a holder that can yield makes way for.
-std::optional<yield_request> first_above(registry_reader& r, int slot, int priority);
+// The pass-over clock of one waiter for one slot. While the lock is
+// available (absent or stale) and someone is ahead, the front of those
+// ahead is passed over once it has left the lock unclaimed for
+// pass_over_grace_ms — counted from when it became the front for a waiter
+// of this user, and from when the lock became available for another
+// user's, so that however another user's entries churn, they cost a waiter
+// at most one grace per free period.
+class pass_over_clock {
+ public:
+  // With `ahead` non-empty: 0 when its front is to be passed over now, else
+  // how long to wait for it.
+  std::int64_t available(const std::vector<queue_entry>& ahead, std::uint32_t my_uid);
+  void held();
 
-enum class turn { mine, busy, timed_out, cancelled };
+ private:
+  std::int64_t free_since_ = -1;
+  std::string front_;
+  std::int64_t front_since_ = -1;
+};
 
-// Waits until no live waiter is ahead of `place` (joining the queue first
-// when someone is), or the deadline (monotonic, -1: none), or a cancel
-// descriptor. With wait 0 it does not queue: busy while the lock is held;
-// a free lock with live waiters ahead is theirs for pass_over_grace_ms, then
-// it is this try's turn.
-// The next in line watches the lock and passes over a waiter ahead that
-// leaves it free for pass_over_grace_ms (and those the holder's meta.json
-// says it passed over, at once); everyone else sleeps on the
-// entries of the two waiters ahead of it, so a release wakes two processes,
-// not the queue. Only a failure to look at the lock is an error.
-// `w`: the acquisition's watcher; only this call's own items are added and
-// removed.
-result<turn> wait_turn(queue_place& place, const target& t, const lock_options& opt, std::int64_t deadline,
-                       wait_report* rep, watch_clock& seen, sys::watcher& w);
+// The first live waiter, in serving order, that would take slot `slot`, has
+// a priority above `priority`, and may ask this holder (of user
+// `holder_uid`) to yield: by default only a waiter of the same user, or
+// root's (doc/protocol.md, "Priority and yield").
+std::optional<yield_request> first_above(registry_reader& r, int slot, int priority, std::uint32_t holder_uid);
+// The first live waiter that would take slot `slot`, whoever it is.
+std::optional<yield_request> first_waiting(registry_reader& r, int slot);
 
 }  // namespace offload_lock::detail
 

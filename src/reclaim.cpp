@@ -1,11 +1,12 @@
 // Reclaim (reclaim.hpp): exact removal of the judged directory, serialized
-// among offload-lock reclaimers, and the leftovers of crashes (PROTOCOL B4).
+// among offload-lock reclaimers, and the leftovers of crashes (doc/protocol.md B4).
 #include "reclaim.hpp"
 
+#include "history.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
 #include "os/test_hooks.hpp"
-#include "waiters.hpp"
+#include "registry.hpp"
 
 namespace offload_lock::detail {
 
@@ -75,22 +76,24 @@ result<removal> reclaim(const target& t, observed& o, const verdict& why, std::i
     read_state(o.dir.get(), t.path, o.snap);
     // Refreshed since it was judged: the time seen unchanged starts again.
     if (o.snap.meta_exists != had_meta || o.snap.meta_mtime_ms != had_mtime) o.snap.unchanged_for_ms = 0;
-    if (!judge(o.snap, sys::now_ms(), ttl, grace, pv).stale) return removal::changed;
+    if (!judge(o.snap, sys::now_ms(), ttl, grace, pv).stale()) return removal::changed;
     // A directory holding what a lock never holds is not a lock (a mistyped
     // GPU_LOCK naming a real directory, say): refuse, and touch nothing.
     if (auto e = check_lock_contents(o.dir.get(), t.path)) return e;
   }
-  return remove_exact(t, o.snap.id, failure, "reclaim");
+  auto r = remove_exact(t, o.snap.id, failure, "reclaim");
+  if (r && *r == removal::removed) history::record(t.path, history::takeover(o.snap, why.reason));
+  return r;
 }
 
 void clean_leftovers(const target& t) {
   auto names = sys::list_dir(t.parent.get(), "parent of " + t.path);
   if (!names) return;
   for (const auto& n : *names) {
-    if (n == waiters_dir_name(t.name)) {
-      // Entries of waiters killed while they waited, and the registry with
-      // them once it is empty.
-      sweep_waiters(t.parent.get(), n, t.path);
+    if (n == queue_dir_name(t.name)) {
+      // Entries of this user's waiters killed while they waited, and the
+      // registry with them once it is empty.
+      sweep_registry(t.path);
       continue;
     }
     const std::int64_t pid = private_name_pid(t, n);

@@ -1,4 +1,4 @@
-// Reclaim (PROTOCOL A2 step 3 with B4): removing exactly the lock directory
+// Reclaim (doc/protocol.md A2 step 3 with B4): removing exactly the lock directory
 // that was judged, and the leftovers of processes that died mid-step.
 #ifndef OFFLOAD_LOCK_SRC_RECLAIM_HPP
 #define OFFLOAD_LOCK_SRC_RECLAIM_HPP
@@ -8,6 +8,7 @@
 
 #include "judge.hpp"
 #include "lock_dir.hpp"
+#include "timing.hpp"
 
 namespace offload_lock::detail {
 
@@ -36,15 +37,11 @@ result<removal> remove_exact(const target& t, const sys::file_id& id, const std:
 result<removal> reclaim(const target& t, observed& o, const verdict& why, std::int64_t ttl, std::int64_t grace,
                         const process_view& pv, bool serialize = true);
 
-// How long a reclaimer waits for another's flock on the same stale
-// directory before it goes ahead without it. A reclaim holds it for a few
-// system calls; a flock held longer is not a reclaimer's (another user's
-// descriptor, say) and must not keep a dead lock alive.
-inline constexpr std::int64_t contended_giveup_ms = 1'000;
 
-// Staging and moved-aside directories of processes that died mid-step, and
-// dead waiters' registry entries. Best effort; touches nothing but
-// directories with our private names whose creating process is gone.
+// Staging, moved-aside and staged directories of processes that died
+// mid-step, and this user's dead waiters' registry entries. Best effort;
+// touches nothing but directories with our private names whose creating
+// process is gone.
 void clean_leftovers(const target& t);
 
 }  // namespace offload_lock::detail

@@ -1,12 +1,16 @@
-// Release with ownership (PROTOCOL B5): a held lock's own release, and
+// Release with ownership (doc/protocol.md B5): a held lock's own release, and
 // release_by() for a lock held by token or pid from another process. Both
 // remove exactly the directory they matched (reclaim.hpp's remove_exact).
 #include "offload_lock/release.hpp"
 
+#include "handoff.hpp"
 #include "heartbeat.hpp"
+#include "history.hpp"
 #include "inspect.hpp"
 #include "os/test_hooks.hpp"
+#include "os/files.hpp"
 #include "reclaim.hpp"
+#include "registry.hpp"
 
 namespace offload_lock {
 
@@ -21,11 +25,35 @@ error held_state::release() {
   stop_heartbeat();
   if (released) return {};
   released = true;
-  if (!still_ours()) return error(errc::lost, t.path);
+  // A look that fails (out of descriptors, say) is tried again; one that
+  // keeps failing removes nothing: the lock stays, proven alive by its OFD
+  // lock until this process exits, and is then taken over by the rules.
+  error why;
+  auto mine = check_ours(&why);
+  for (int again = 0; again < 3 && mine == ownership::unknown; ++again) mine = check_ours(&why);
+  if (mine == ownership::unknown) return why;
+  if (mine == ownership::not_ours) {
+    history::record(t.path, history::hold_end(token, "lost", yield_asked), meta);
+    return error(errc::lost, t.path);
+  }
   sys::crash_point("release.checked");
+  // A hold kept past its maximum ended by it, whoever made the release.
+  const char* ended = max_hold_over() ? "max-hold" : "released";
+  // To the next waiter without a gap when one is staged for it; plainly
+  // otherwise.
+  auto handed = hand_to_next(t, id, dir.get(), slot, base, passed);
+  if (!handed) return handed.error();
+  if (*handed) {
+    history::record(t.path, history::hold_end(token, ended, yield_asked), meta);
+    sys::unguard_from_fork(meta_fd.get());
+    meta_fd.reset();
+    return {};
+  }
   auto r = remove_exact(t, id, "cannot release lock " + t.path, "release");
   if (!r) return r.error();
-  return *r == removal::removed ? error{} : error(errc::lost, t.path);
+  const bool removed = *r == removal::removed;
+  history::record(t.path, history::hold_end(token, removed ? ended : "lost", yield_asked), meta);
+  return removed ? error{} : error(errc::lost, t.path);
 }
 
 }  // namespace detail
@@ -47,7 +75,7 @@ result<release_outcome> release_by(const std::string& path, const release_reques
     const snapshot& s = d->o.snap;
     if (!s.present) return out;
     if (!s.is_dir) return not_a_lock_directory(path, s);
-    if (d->v.not_a_lock) return not_a_lock_error(path, d->v);
+    if (d->v.not_a_lock()) return not_a_lock_error(path, d->v);
     const bool matches = req.force || (!req.token.empty() && req.token == d->i.token) ||
                          (req.pid > 0 && d->i.pid && *d->i.pid == req.pid);
     if (!matches) {
@@ -56,11 +84,22 @@ result<release_outcome> release_by(const std::string& path, const release_reques
     }
     if (d->o.dir.valid())
       if (auto e = check_lock_contents(d->o.dir.get(), path)) return e;
+    // Handed to the next waiter in line when one is staged for it.
+    if (d->o.dir.valid() && s.meta_exists) {
+      const std::set<std::string> skip(s.meta.passed_over.begin(), s.meta.passed_over.end());
+      const int slot = s.meta.gpu ? static_cast<int>(*s.meta.gpu) : 0;
+      auto handed = hand_to_next(*t, s.id, d->o.dir.get(), slot, queue_base(path, slot), skip);
+      if (handed && *handed) {
+        out.status = release_status::released;
+        return out;
+      }
+    }
     d->o.dir.reset();
     auto r = remove_exact(*t, s.id, "cannot release lock " + path, "release");
     if (!r) return r.error();
     if (*r == removal::removed) {
       out.status = release_status::released;
+      history::record(path, history::released_by(d->i, req.force ? "force" : !req.token.empty() ? "token" : "pid"));
       return out;
     }
     // Replaced while we looked: judge the new one. Bounded, since each round

@@ -1,5 +1,5 @@
 // Tokens (token.hpp) and the version: what meta.json's "token" and "tool"
-// keys hold (PROTOCOL B8).
+// keys hold (doc/protocol.md B8).
 #include "token.hpp"
 
 #include "offload_lock/lock.hpp"

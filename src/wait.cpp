@@ -21,9 +21,8 @@ std::string key_of(const info& i) {
 
 }  // namespace
 
-std::int64_t deadline_for(milliseconds wait) {
-  if (wait == wait_forever) return -1;
-  return sys::monotonic_ms() + std::max<std::int64_t>(0, wait.count());
+deadline deadline_for(milliseconds wait) {
+  return wait == wait_forever ? deadline::forever() : deadline::in_ms(wait.count());
 }
 
 void churn_guard::round_without_wait() {
@@ -58,25 +57,29 @@ std::optional<std::int64_t> armed_lock::arm(sys::watcher& w, const target& t, co
   return timeout;
 }
 
+void armed_lock::disarm(sys::watcher& w) {
+  w.unwatch(dir_id);
+  w.unwatch(pid_id);
+  dir_id = pid_id = -1;
+  pid = 0;
+}
+
 void armed_lock::woken(const std::vector<int>& fired) {
   if (pid_id >= 0 && std::find(fired.begin(), fired.end(), pid_id) != fired.end()) dead_seen.insert(pid);
 }
 
-bool lock_watch::wait_for_change(const target& t, const snapshot& s, const verdict& v, std::int64_t deadline,
-                                 std::int64_t poll_ms, const std::vector<int>& cancel_fds, wait_report* rep) {
+bool lock_watch::wait_for_change(const target& t, const snapshot& s, const verdict& v, const deadline& until,
+                                 std::int64_t poll_ms) {
   if (!w_) w_ = std::make_unique<sys::watcher>();
   auto armed = armed_.arm(*w_, t, s, v, poll_ms);
   if (!armed) return true;
-  std::int64_t timeout = *armed;
-  if (deadline >= 0) timeout = std::min(timeout, std::max<std::int64_t>(0, deadline - sys::monotonic_ms()));
   std::vector<int> fired;
-  auto once = [&](std::int64_t ms) { return w_->wait(ms, cancel_fds, &fired); };
-  const auto why = rep ? rep->wait_ticking(timeout, once) : once(timeout);
+  const auto why = w_->wait(until.clamp(*armed), {}, &fired);
   armed_.woken(fired);
   return why != sys::watcher::wake::extra_fd;
 }
 
-wait_report::wait_report(const lock_options& o) : opt_(o), began_mono_(sys::monotonic_ms()) {}
+wait_report::wait_report(const reporting& r) : opt_(r), began_mono_(sys::monotonic_ms()) {}
 
 void wait_report::waiting(std::vector<info> now, int position) {
   std::vector<std::string> now_keys;
@@ -93,7 +96,7 @@ void wait_report::waiting(std::vector<info> now, int position) {
   keys_ = std::move(now_keys);
   holders_ = std::move(now);
   seen_mono_ = sys::monotonic_ms();
-  if (next_tick_ < 0 && opt_.progress_every.count() > 0) next_tick_ = seen_mono_ + opt_.progress_every.count();
+  if (next_tick_ < 0 && opt_.progress_every_ms > 0) next_tick_ = seen_mono_ + opt_.progress_every_ms;
   if (changed) report(true);
 }
 
@@ -104,8 +107,11 @@ void wait_report::report(bool changed) {
   const std::int64_t now = sys::monotonic_ms();
   for (auto& h : p.holders)
     if (h.present) {
-      h.held_for += milliseconds(now - seen_mono_);
-      h.age += milliseconds(now - seen_mono_);
+      const milliseconds since(now - seen_mono_);
+      h.held_for += since;
+      h.age += since;
+      // The countdown runs as the hold does, down to 0 (overdue).
+      if (h.expected_free_in) h.expected_free_in = std::max(milliseconds(0), *h.expected_free_in - since);
     }
   p.waited = milliseconds(now - began_mono_);
   p.changed = changed;
@@ -121,7 +127,7 @@ std::int64_t wait_report::tick_in() const {
 
 void wait_report::tick() {
   if (next_tick_ >= 0 && opt_.on_progress && sys::monotonic_ms() >= next_tick_) {
-    next_tick_ = sys::monotonic_ms() + opt_.progress_every.count();
+    next_tick_ = sys::monotonic_ms() + opt_.progress_every_ms;
     report(false);
   }
 }

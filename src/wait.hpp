@@ -1,7 +1,6 @@
-// Waiting for a held lock (PROTOCOL B9): deadlines, arming the watcher on a
+// Waiting for a held lock (doc/protocol.md B9): arming the watcher on a
 // lock and its holder, sleeping until the judged state may change, the churn
-// guard, and what a waiting acquisition reports (the waiter registry,
-// on_wait, on_progress).
+// guard, and what a waiting acquisition reports (on_wait, on_progress).
 #ifndef OFFLOAD_LOCK_SRC_WAIT_HPP
 #define OFFLOAD_LOCK_SRC_WAIT_HPP
 
@@ -17,21 +16,13 @@
 #include "offload_lock/lock.hpp"
 #include "os/clock.hpp"
 #include "os/watch.hpp"
-#include "waiters.hpp"
+#include "plan.hpp"
+#include "timing.hpp"
 
 namespace offload_lock::detail {
 
-// With working notifications a waiter still re-checks this rarely, in case
-// the lock lives on a file system whose remote changes send no events.
-inline constexpr std::int64_t safety_recheck_ms = 60'000;
-// Without notifications (or without pidfd for a live holder) it re-checks
-// this often, like the Node runners.
-inline constexpr std::int64_t fallback_poll_ms = 1'000;
-// How long to wait for another process that is reclaiming the same stale lock.
-inline constexpr std::int64_t contended_recheck_ms = 50;
-
-// The monotonic deadline of a wait: -1 for wait_forever, now for 0 or less.
-std::int64_t deadline_for(milliseconds wait);
+// The deadline of a wait of `wait` (wait_forever: none; 0 or less: a try).
+deadline deadline_for(milliseconds wait);
 
 // Rounds of try/reclaim that end without a wait mean another participant
 // changed the lock meanwhile. Should that go on and on, pause between rounds
@@ -64,6 +55,8 @@ struct armed_lock {
                                   std::int64_t poll_ms);
   // After a wait: notes a holder seen to exit.
   void woken(const std::vector<int>& fired);
+  // Drops this lock's watches from `w`.
+  void disarm(sys::watcher& w);
 };
 
 class wait_report;
@@ -76,21 +69,8 @@ class lock_watch {
   // loop: every way out is an event or a timer of at least the fallback
   // period, except expiries the verdict itself named. False when one of
   // cancel_fds woke it.
-  bool wait_for_change(const target& t, const snapshot& s, const verdict& v, std::int64_t deadline,
-                       std::int64_t poll_ms, const std::vector<int>& cancel_fds = {}, wait_report* rep = nullptr);
-  // The watcher, for others that wait for the same acquisition (the queue):
-  // one inotify instance per waiting process, of the 128 a user may have.
-  // They add and remove only their own items.
-  // Drops this watch's own items first, so that none fires (a holder's
-  // pidfd stays readable once it has exited) while another waits on it.
-  sys::watcher& shared() {
-    if (!w_) w_ = std::make_unique<sys::watcher>();
-    w_->unwatch(armed_.dir_id);
-    w_->unwatch(armed_.pid_id);
-    armed_ = armed_lock{};
-    return *w_;
-  }
-
+  bool wait_for_change(const target& t, const snapshot& s, const verdict& v, const deadline& until,
+                       std::int64_t poll_ms);
  private:
   std::unique_ptr<sys::watcher> w_;
   armed_lock armed_;
@@ -101,7 +81,7 @@ class lock_watch {
 // on_progress. (Its entry in the registry is its queue_place's.)
 class wait_report {
  public:
-  explicit wait_report(const lock_options& o);
+  explicit wait_report(const reporting& r);
   // Before each wait, with the holders as just judged, and this waiter's
   // place in the queue (1: next; 0: unknown).
   void waiting(std::vector<info> now, int position = 0);
@@ -115,7 +95,7 @@ class wait_report {
   std::int64_t tick_in() const;
   void tick();
 
-  const lock_options& opt_;
+  const reporting& opt_;
   std::int64_t began_mono_;
   std::vector<info> holders_;
   std::vector<std::string> keys_;

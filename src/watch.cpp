@@ -4,7 +4,7 @@
 
 #include "os/files.hpp"
 #include "os/watch.hpp"
-#include "waiters.hpp"
+#include "registry.hpp"
 
 namespace offload_lock {
 
@@ -18,8 +18,12 @@ bool change_watch::arm_directories() {
   detail::sys::split_path(path_, parent, name);
   const bool watched = w_->watch_entries(parent) >= 0;
   // The registry comes and goes with its waiters; its appearing is an event
-  // in the parent, and it is watched from the next round on.
-  (void)w_->watch_entries(parent + "/" + detail::waiters_dir_name(name));
+  // in the parent, and it is watched from the next round on; so are the
+  // users' directories in it, where the entries come and go.
+  (void)w_->watch_entries(parent + "/" + detail::queue_dir_name(name));
+  detail::registry_reader reader(path_);
+  (void)reader.live();
+  for (const auto& d : reader.dir_paths()) (void)w_->watch_entries(d);
   return watched;
 }
 

@@ -54,8 +54,8 @@ int child_cycle(int argc, char** argv) {
       std::cout << "error " << l.error().message() << std::endl;
       return 1;
     }
-    if (l->release()) {
-      std::cout << "lost" << std::endl;
+    if (auto e = l->release()) {
+      std::cout << "lost " << e.message() << std::endl;
       return 1;
     }
   }
@@ -70,6 +70,10 @@ int child_cycle(int argc, char** argv) {
 int child_fault(int argc, char** argv) __attribute__((weak));
 // tests/multiprocess/trust_test.cpp, likewise.
 int child_trust(int argc, char** argv) __attribute__((weak));
+// tests/multiprocess/fault_sweep_test.cpp, likewise.
+int child_fault_sweep(int argc, char** argv) __attribute__((weak));
+// tests/multiprocess/lease_test.cpp, likewise.
+int child_lease(int argc, char** argv) __attribute__((weak));
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "--child") {
@@ -78,6 +82,8 @@ int main(int argc, char** argv) {
     if (mode == "cycle") return child_cycle(argc - 3, argv + 3);
     if (mode == "fault" && child_fault) return child_fault(argc - 3, argv + 3);
     if (mode == "trust" && child_trust) return child_trust(argc - 3, argv + 3);
+    if (mode == "fault-sweep" && child_fault_sweep) return child_fault_sweep(argc - 3, argv + 3);
+    if (mode == "lease" && child_lease) return child_lease(argc - 3, argv + 3);
     std::cerr << "unknown child mode " << mode << "\n";
     return 2;
   }

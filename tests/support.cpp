@@ -213,4 +213,35 @@ void make_lock(const std::string& lock, const std::optional<std::string>& meta) 
 
 bool running_as_root() { return ::geteuid() == 0; }
 
+fs::path queue_top(const temp_dir& d) {
+  const fs::path top = d.path / ".gpu.lock.queue";
+  if (!fs::exists(top)) {
+    fs::create_directory(top);
+    ::chmod(top.c_str(), 01777);
+  }
+  return top;
+}
+
+fs::path queue_dir(const temp_dir& d, long uid) {
+  const long who = uid < 0 ? static_cast<long>(::geteuid()) : uid;
+  const fs::path dir = queue_top(d) / ("u" + std::to_string(who));
+  if (!fs::exists(dir)) {
+    fs::create_directory(dir);
+    ::chmod(dir.c_str(), 0755);
+    if (who != static_cast<long>(::geteuid()) && ::chown(dir.c_str(), static_cast<uid_t>(who), static_cast<gid_t>(who)) != 0)
+      throw std::runtime_error("chown " + dir.string());
+  }
+  return dir;
+}
+
+std::optional<std::string> temp_closed_to(int uid) {
+  const std::string tmp = fs::temp_directory_path().string();
+  const std::string u = std::to_string(uid);
+  child probe("/usr/bin/setpriv", {"--reuid=" + u, "--regid=" + u, "--clear-groups", "/usr/bin/test", "-x", tmp});
+  probe.close_stdin();
+  if (probe.wait() == 0) return std::nullopt;
+  return "uid " + u + " cannot reach the temp directory " + tmp +
+         " (TMPDIR): a test acting as another user needs every directory above its own searchable by that user";
+}
+
 }  // namespace olt

@@ -91,6 +91,33 @@ int dead_pid();
 // Makes a v1 lock directory by hand: mkdir, then meta.json with `meta`.
 void make_lock(const std::string& lock, const std::optional<std::string>& meta);
 bool running_as_root();
+// The queue registry beside d's lock, as core lays it out: the sticky
+// top directory `.gpu.lock.queue`, and in it the directory of `uid` (this
+// user when -1), `u<uid>`, made if missing and owned by that uid (chown
+// needs root). Entries planted there are `<pid>-<12 hex>.json`.
+fs::path queue_top(const temp_dir& d);
+fs::path queue_dir(const temp_dir& d, long uid = -1);
+
+// Why user `uid` (with only its own group, as the tests' setpriv gives it)
+// cannot reach this process's temp directory, under which every temp_dir
+// is made, or nullopt when it can. A TMPDIR inside a private directory (a
+// home directory, say) keeps every other user out, however the test sets
+// the modes of its own directory. Tried for real: access(2) as that user.
+std::optional<std::string> temp_closed_to(int uid);
+
+}  // namespace olt
+
+// The guard of a test case that cannot run on this machine: it says why and
+// returns before anything is checked. CTest reports a test whose output has
+// "not run here: " as skipped (tests/CMakeLists.txt), so the guard belongs
+// at the top of a test case, never inside a section or after a check.
+#define OLT_NOT_RUN(why)               \
+  do {                                 \
+    WARN("not run here: " << why);     \
+    return;                            \
+  } while (false)
+
+namespace olt {
 
 }  // namespace olt
 

@@ -17,7 +17,7 @@ using milliseconds = std::chrono::milliseconds;
 
 // A wait that never ends by itself.
 inline constexpr milliseconds wait_forever = milliseconds::max();
-// The TTL of PROTOCOL A3: a holder whose meta.json mtime is older than this is
+// The TTL of doc/protocol.md A3: a holder whose meta.json mtime is older than this is
 // stale for every participant. offload-lock holders refresh the mtime (B7).
 inline constexpr milliseconds default_ttl = std::chrono::hours(1);
 // How long a lock directory with a missing or unparseable meta.json is left
@@ -52,8 +52,8 @@ struct info {
   // an info, in code that never names the member.)
   std::optional<std::string> stale;
   // What the other participants conclude from the same bytes.
-  bool node_stale = false;  // the Node runners' isStale() (PROTOCOL A3)
-  bool go_held = false;     // the Go readers' Inspect().Held (PROTOCOL A5)
+  bool node_stale = false;  // the Node runners' isStale() (doc/protocol.md A3)
+  bool go_held = false;     // the Go readers' Inspect().Held (doc/protocol.md A5)
   // Why the Node runners would call this lock stale (and may reclaim it at
   // any moment), nullopt when they call it held (or it is absent).
   std::optional<std::string> v1_stale_reason;
@@ -68,6 +68,11 @@ struct info {
   milliseconds expected{0};
   // expected - held_for, at least 0 (overdue); nullopt when undeclared or free.
   std::optional<milliseconds> expected_free_in;
+  // The holder's maximum hold (meta.json `maxHoldMs`; 0: none), and what is
+  // left of it: max_hold - held_for, below 0 once it has passed; nullopt
+  // when none or free.
+  milliseconds max_hold{0};
+  std::optional<milliseconds> max_hold_in;
   // The holder said it can make way (meta.json `canYield`), and the first
   // live waiter of a higher priority than the holder's, which its holder is
   // asked to make way for (nullopt: none, or the holder cannot yield).

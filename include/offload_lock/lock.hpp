@@ -1,8 +1,8 @@
 // Taking, holding and releasing the machine-wide GPU lock.
 //
 // The lock is a directory (see path.hpp) holding meta.json. Every call here
-// keeps the rules of the existing Node runners and Go readers (PROTOCOL part
-// A) and adds the guarantees of PROTOCOL part B: a lock never visible without
+// keeps the rules of the existing Node runners and Go readers (doc/protocol.md part
+// A) and adds the guarantees of doc/protocol.md part B: a lock never visible without
 // a complete meta.json, reclaim of exactly the lock judged stale, release only
 // by its owner, a heartbeat that keeps a live holder from ever looking stale.
 #ifndef OFFLOAD_LOCK_LOCK_HPP
@@ -26,7 +26,7 @@
 namespace offload_lock {
 
 // The environment variables that pass a held lock down to child processes
-// (PROTOCOL B11): the lock's path and its token.
+// (doc/protocol.md B11): the lock's path and its token.
 inline constexpr const char* env_lock_path = "OFFLOAD_LOCK_PATH";
 inline constexpr const char* env_lock_token = "OFFLOAD_LOCK_TOKEN";
 
@@ -76,8 +76,10 @@ struct lock_options {
   milliseconds progress_every{0};
   // Several GPUs: with gpus = N > 1 the acquisition takes the first free of
   // N slots (gpu_slot_path(path, k) for k in 0..N-1) and waits for whichever
-  // frees first; with gpu = K >= 0 it takes slot K only. lock::gpu() says
-  // which slot is held. N outside 1..max_gpus, or K >= N > 1, is bad_input.
+  // frees first; with gpu = K >= 0 it takes slot K only, whatever N is (a
+  // slot beyond the count a discovery found is still that slot). lock::gpu()
+  // says which slot is held. N outside 1..max_gpus, or K >= max_gpus, is
+  // bad_input.
   int gpus = 1;
   int gpu = -1;
   // With gpus = N > 1 and gpu = -1: the slots the acquisition may take
@@ -110,6 +112,15 @@ struct lock_options {
   // heartbeat. Must not throw; keep it short. Recorded in meta.json
   // (`canYield`), so that `status` shows who asked.
   std::function<void(const yield_request&)> on_yield_request;
+  // The maximum hold: how long this holder may keep the lock; 0: no limit.
+  // Negative is bad_input. Recorded in meta.json (`maxHoldMs`) for `status`.
+  // When it passes, on_yield_request is called (on the heartbeat thread,
+  // unless a waiter has asked already: the call stays once per hold) with
+  // the first waiter of the lock (slot), or with pid 0 and label "max hold"
+  // when none waits; lock::max_hold_passed() turns true either way. The
+  // library releases nothing by itself: the holder decides what ending
+  // means (`offload-lock run` stops CMD).
+  milliseconds max_hold{0};
   // Called on the library's heartbeat thread when the lock turns out to
   // have been removed or replaced by someone else: at once (inotify) from
   // the lock's 20th millisecond on, at that moment for a loss before it.
@@ -184,6 +195,10 @@ class OFFLOAD_LOCK_API lock {
   // to make way (lock_options::on_yield_request has been called). Never
   // blocks; false for a lock taken without on_yield_request.
   bool yield_requested() const;
+
+  // Whether the lock has been held longer than lock_options::max_hold.
+  // Never blocks; false for a lock taken without one.
+  bool max_hold_passed() const;
 
   // Releases: removes the lock directory only if it is still this holder's
   // (same directory inode and token). Never blocks on others. Returns no

@@ -177,11 +177,33 @@ typedef struct offload_lock_options {
      queues behind the waiter it made way for). */
   offload_lock_yield_fn on_yield;
   void* yield_user;
+  /* With gpus > 1 and gpu < 0: the slots the acquisition may take (each in
+     0..gpus-1, else OFFLOAD_LOCK_INVALID), `allowed_gpu_count` of them;
+     NULL or a count of 0 allows all. offload_lock_choose_slots() gives the
+     list the command uses under CUDA_VISIBLE_DEVICES. */
+  const int* allowed_gpus;
+  size_t allowed_gpu_count;
+  /* The maximum hold: how long the holder may keep the lock, in ms; 0: no
+     limit (the default); negative is OFFLOAD_LOCK_INVALID. Recorded in
+     meta.json (`maxHoldMs`). When it passes, on_yield is called (once per
+     hold, with the first waiter, or pid 0 and label "max hold" when none
+     waits) and offload_lock_max_hold_passed() turns true; the lock is not
+     released by the library: the holder decides. Needs the heartbeat for
+     the call. */
+  int64_t max_hold_ms;
 } offload_lock_options;
 
 /* Defaults: wait forever, default path, TTL and label, one GPU, no cancel
-   descriptor, no callbacks. */
+   descriptor, no callbacks. Writes `size` bytes of `options` and no more:
+   sizeof(offload_lock_options) as the caller's header declares it (which
+   the macro below passes), so a program built against an older, smaller
+   struct is never written past its end. */
+void offload_lock_options_init_sized(offload_lock_options* options, size_t size);
+/* The entry point programs built against 0.2's header call: fills 0.2's
+   fields only (up to lost_user). Programs built against this header reach
+   offload_lock_options_init_sized through the macro. */
 void offload_lock_options_init(offload_lock_options* options);
+#define offload_lock_options_init(options) offload_lock_options_init_sized((options), sizeof *(options))
 
 /* Takes the lock as offload_lock_acquire() does, with every option above.
    Blocks up to wait_ms on the calling thread. Results: OFFLOAD_LOCK_OK (and
@@ -209,6 +231,9 @@ int offload_lock_still_held(const offload_lock_handle* handle);
    (offload_lock_options.on_yield has been called), 0 otherwise, and always
    0 for a lock taken without on_yield. Never blocks. Since 0.3. */
 int offload_lock_yield_requested(const offload_lock_handle* handle);
+/* 1 once the lock has been held longer than offload_lock_options.max_hold_ms,
+   0 otherwise, and always 0 for a lock taken without one. Never blocks. */
+int offload_lock_max_hold_passed(const offload_lock_handle* handle);
 /* The environment a child process needs so that its acquisitions of this
    lock pass straight through (OFFLOAD_LOCK_PATH and OFFLOAD_LOCK_TOKEN), as
    "NAME=VALUE" strings each ended by a NUL, written to `buf` when it is large
@@ -246,6 +271,10 @@ typedef struct offload_lock_queue_info {
   int64_t yield_pid;
   int yield_priority;
   char yield_label[1024];
+  /* The holder's maximum hold (meta.json `maxHoldMs`); 0: none, or not held. */
+  int64_t max_hold_ms;
+  /* What is left of it (below 0 once passed); meaningful when max_hold_ms > 0. */
+  int64_t max_hold_in_ms;
 } offload_lock_queue_info;
 
 /* One inspection of the lock at `path` (as offload_lock_inspect_ex, whose
@@ -309,6 +338,95 @@ int offload_lock_waiters_ex(const char* path, offload_lock_waiter_ex* out, size_
    without the NUL. */
 size_t offload_lock_describe_duration(int64_t ms, char* buf, size_t len);
 
+/* ---- Since 0.3: the command's grammar and words, for every binding ----
+   The same rules as `offload-lock` itself (offload_lock/describe.hpp and
+   offload_lock/gpus.hpp), so that a binding parses and prints exactly as
+   the command does instead of keeping a copy of its own. The string
+   functions write a NUL-terminated result to `buf` when it is large enough
+   and return the bytes needed without the NUL (so a call with len 0 sizes
+   the buffer). Strings taken from meta.json (labels, hosts) are as
+   recorded: escape them before a terminal sees them. */
+
+/* The bounds of offload_lock_options.priority, and the named priorities. */
+enum {
+  OFFLOAD_LOCK_PRIORITY_MIN = -100,
+  OFFLOAD_LOCK_PRIORITY_MAX = 100,
+  OFFLOAD_LOCK_PRIORITY_BATCH = -10,
+  OFFLOAD_LOCK_PRIORITY_NORMAL = 0,
+  OFFLOAD_LOCK_PRIORITY_INTERACTIVE = 10
+};
+
+/* Parses a duration as the command's DUR ("0", "1.5", "500ms", "42s",
+   "5m", "2h", "1d", compounds such as "1h30m", "2m30s", "1d12h", and
+   "forever"), rounded up to whole milliseconds. OFFLOAD_LOCK_OK and *ms set
+   (-1 for forever); OFFLOAD_LOCK_INVALID (and *ms untouched) for anything
+   else: empty, negative, a sign, spaces, junk, units repeated or out of
+   order, more than ten years, NULL. Pure. */
+int offload_lock_parse_duration(const char* text, int64_t* ms);
+
+/* Parses a priority as the command's --priority: an integer from -100 to
+   100 (digits and an optional '-'; "+5" is refused, as the command refuses
+   it), or "batch", "normal", "interactive". OFFLOAD_LOCK_OK and *priority
+   set, or OFFLOAD_LOCK_INVALID. Pure. */
+int offload_lock_parse_priority(const char* text, int* priority);
+
+/* The lock path of GPU slot `gpu` of the lock at `path` (NULL or "": the
+   default path): slot 0 (or less) is `path`, slot k "<path>.gpu<k>". */
+size_t offload_lock_gpu_slot_path(const char* path, int gpu, char* buf, size_t len);
+
+/* One name per lock directory, whatever path reaches it ("DEV:INO/NAME" of
+   its parent and its last component; the path as given when the parent
+   cannot be opened): the key a binding should use for its own nesting and
+   queueing, as the library does. Reads the file system. */
+size_t offload_lock_lock_identity(const char* path, char* buf, size_t len);
+
+/* How many GPUs this machine has, as `--gpus auto` counts them (one past
+   nvidia-smi -L's highest index, else the driver's /proc/driver/nvidia/gpus
+   entries); 0 when none are found. nvidia-smi is asked once per process
+   (at most 5 s). */
+int offload_lock_gpu_count(void);
+
+/* How many GPU slots exist next to the lock at `path` (NULL or "": the
+   default path): one past the highest "<path>.gpu<k>", at least 1. */
+int offload_lock_slot_count(const char* path);
+
+/* The GPUs a CUDA_VISIBLE_DEVICES value allows, read as CUDA and the
+   command read it (indices, GPU-/MIG- UUIDs or unique prefixes of them;
+   the first entry naming no GPU ends the list). `value`: NULL reads this
+   process's CUDA_VISIBLE_DEVICES. Returns -1 when that variable is unset
+   (every GPU allowed), else the number of GPUs allowed (0 hides them all),
+   writing up to `cap` GPU indices (slots) to `indices` and the ignored
+   entry, if any, to `ignored` ("" when none). May run nvidia-smi. */
+int offload_lock_visible_gpus(const char* value, int* indices, size_t cap, char* ignored, size_t ignored_len);
+
+/* The GPU slots of `gpus` (1 to 1024) that an acquisition of this process
+   may take, as the command chooses them for acquire, run and hold: under a
+   CUDA_VISIBLE_DEVICES value (`value`; NULL reads this process's) only the
+   slots of the GPUs it names. `gpu` >= 0 asks for that slot only (-1: any).
+   OFFLOAD_LOCK_OK: *slot is the one slot to take (-1: any allowed) and
+   *allowed_count the number of slots allowed (-1: every one), up to `cap`
+   of them written to `allowed`; `note` gets an entry CUDA ignores, to be
+   said once ("" when none). OFFLOAD_LOCK_INVALID: the value allows none of
+   them, and `note` says why in one line. May run nvidia-smi. */
+int offload_lock_choose_slots(int gpus, int gpu, const char* value, int* slot, int* allowed, size_t cap,
+                              int* allowed_count, char* note, size_t note_len);
+
+/* "LABEL (pid N, host H)": the holder `info` shows, as the command names it
+   (an unlabelled v1 holder on this host by its process's name, else "an
+   unnamed holder"). NULL info writes "". */
+size_t offload_lock_describe_holder(const offload_lock_info_ex* info, char* buf, size_t len);
+
+/* The lock's state as `offload-lock status` says it: "held by HOLDER for
+   5m12s", "free", "free (stale lock of HOLDER: REASON)". */
+size_t offload_lock_describe_state(const offload_lock_info_ex* info, char* buf, size_t len);
+
+/* What a wait is for, as the command's waiting line says it after
+   "waiting for ": "render (pid 4534), held for 5m12s; #2 in line, ETA ~20m"
+   (several slots: "any of 2 GPUs: gpu0 ...; gpu1 ..."). `path` is the lock
+   waited for (NULL or "": the default path); the ETA is this process's
+   entry in its waiter registry (read now). For use inside on_progress. */
+size_t offload_lock_describe_wait(const offload_lock_progress* progress, const char* path, char* buf, size_t len);
+
 /* The errno behind the last OFFLOAD_LOCK_ERROR that offload_lock_acquire or
    offload_lock_acquire_ex returned on the calling thread (EACCES, ENOENT
    ...); 0 when that failure was not a system error, or after a success. */
@@ -316,6 +434,57 @@ int offload_lock_last_errno(void);
 
 /* The library version ("0.1.0"), as written into meta.json's "tool". */
 const char* offload_lock_version(void);
+
+/* ---- The gpulease lease of current upstream runners (doc/protocol-gpulease.md) ---- */
+
+/* Where the lease lives, as offload_lock::find_lease (lease.hpp). */
+typedef struct offload_lock_lease_place {
+  char dir[4096];     /* the lease directory */
+  char gpu_dir[4096]; /* its parent, where the fencing counter lives */
+  char root[4096];    /* the state root of the root rules; "" otherwise */
+  char rule[32];      /* "explicit", "GPU_LOCK", "OFFLOAD_LOCK_LEASE_ROOT", "LOCAL_OFFLOAD_STATE_DIR", "default" */
+  int exists;         /* a gpulease root exists (else no gpulease participant can run) */
+  char refused[256];  /* why gpulease refuses this path; "" when it accepts it */
+} offload_lock_lease_place;
+
+enum {
+  OFFLOAD_LOCK_LEASE_FREE = 0,   /* no claim */
+  OFFLOAD_LOCK_LEASE_HELD = 1,   /* the holder lives by gpulease's rules (or its claim is being written) */
+  OFFLOAD_LOCK_LEASE_STALE = 2,  /* the holder is provably gone: it may be taken over */
+  OFFLOAD_LOCK_LEASE_UNKNOWN = 3 /* something could not be read: never taken over */
+};
+
+/* One view of the lease, as offload_lock::inspect_lease. Strings come from
+   the claim file: escape them before a terminal sees them. */
+typedef struct offload_lock_lease_info {
+  char dir[4096];
+  int state;           /* OFFLOAD_LOCK_LEASE_* */
+  int in_progress;     /* an unparseable claim inside gpulease's 10 s grace */
+  int readers_held;    /* what gpulease's own readers conclude */
+  int64_t pid;         /* the holder's pid; 0 without a parseable claim */
+  char lease_class[32];
+  uint64_t epoch;      /* the lease's fencing epoch */
+  char reason[1024];
+  char origin[256];
+  char job_id[256];
+  int64_t acquired_at_ms;
+  int64_t expires_at_ms; /* the end of the holder's declared window */
+  int64_t renewed_at_ms; /* its last heartbeat */
+  int64_t held_for_ms;
+  int has_counter;     /* counter below is the last epoch issued */
+  uint64_t counter;
+  char why[1024];      /* the verdict in words */
+} offload_lock_lease_info;
+
+/* Places the lease (explicit_dir NULL or "": from the environment). Never
+   blocks; never creates anything. Since 0.3. OFFLOAD_LOCK_OK, or
+   OFFLOAD_LOCK_INVALID for a NULL place. */
+int offload_lock_lease_find(const char* explicit_dir, offload_lock_lease_place* place);
+
+/* Judges the lease at `dir` (NULL or "": where offload_lock_lease_find
+   places it) now. Never blocks on the lease; changes nothing. Since 0.3.
+   OFFLOAD_LOCK_OK, or OFFLOAD_LOCK_INVALID for a NULL info. */
+int offload_lock_lease_inspect(const char* dir, offload_lock_lease_info* info);
 
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop

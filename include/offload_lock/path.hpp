@@ -1,5 +1,5 @@
 // Where the lock lives: the path rules every participant must agree on
-// (PROTOCOL A1), and a report of when the Go readers would look elsewhere.
+// (doc/protocol.md A1), and a report of when the Go readers would look elsewhere.
 #ifndef OFFLOAD_LOCK_PATH_HPP
 #define OFFLOAD_LOCK_PATH_HPP
 
@@ -32,7 +32,7 @@ struct path_resolution {
   path_rule rule{};     // which rule chose it
   std::string go_path;  // the path a Go reader (os.TempDir) resolves from the same input
   // True when the Go readers would look at another directory, so they would
-  // silently stop seeing this lock (PROTOCOL D7).
+  // silently stop seeing this lock (doc/protocol.md D7).
   bool go_disagrees() const { return go_path != path; }
 };
 
@@ -51,6 +51,14 @@ OFFLOAD_LOCK_API path_resolution resolve_path(std::string_view override_path = {
 // Lexical clean of a path as Node's path.join / Go's filepath.Join leave it:
 // repeated slashes folded, "." removed, ".." resolved where it can be.
 OFFLOAD_LOCK_API std::string clean_path(std::string_view p);
+
+// One name per lock directory, whatever path reaches it: "DEV:INO/NAME" of
+// its parent directory and its last component, the key under which the
+// threads of one process queue for it and a nested acquisition is
+// recognized ("a/../gpu.lock" and a symlinked parent name the same lock).
+// When the parent cannot be opened, the path as given. Never blocks on the
+// lock; reads the file system (one open and one stat).
+OFFLOAD_LOCK_API std::string lock_identity(const std::string& path);
 
 }  // namespace offload_lock
 

@@ -27,7 +27,7 @@ struct release_outcome {
   info before;  // the lock as it was found
 };
 
-// Removes the lock at `path` only if it matches the request (PROTOCOL B5),
+// Removes the lock at `path` only if it matches the request (doc/protocol.md B5),
 // moving exactly the matched directory aside before deleting it.
 // - Never blocks on the lock; a few system calls (more if the lock keeps
 //   changing under it, bounded).

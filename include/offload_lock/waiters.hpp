@@ -1,6 +1,8 @@
-// Who waits for the lock: the waiter registry, a directory next to the lock
-// (`.<name>.waiters`) where every waiting offload-lock process keeps one
-// small entry until it stops waiting. Advisory: the lock never depends on it.
+// Who waits for the lock: the queue registry next to the lock
+// (`.<name>.queue/`, one directory per user in it) where every waiting
+// offload-lock process keeps one small entry, write-locked while it lives,
+// until it stops waiting. Arrival is the entry's ctime, set by the kernel.
+// Advisory: exclusion never depends on it (doc/protocol.md).
 #ifndef OFFLOAD_LOCK_WAITERS_HPP
 #define OFFLOAD_LOCK_WAITERS_HPP
 

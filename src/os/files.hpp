@@ -59,11 +59,17 @@ result<fd> open_dir(int dirfd, const std::string& name, bool nofollow, const std
 result<stat_info> stat_at(int dirfd, const std::string& name, const std::string& shown);  // no follow
 result<stat_info> stat_fd(int f, const std::string& shown);
 
+// What F_OFD_GETLK says of a file: another open file description holds a
+// write lock on it, nobody does, or the question failed (an injected fault,
+// say): never evidence either way.
+enum class lock_probe { locked, unlocked, unknown };
+
 struct file_bytes {
   std::string bytes;
   stat_info st;
-  bool truncated = false;     // the file was larger than the cap
-  bool write_locked = false;  // with probe_write_lock: another open file description holds a write lock on it
+  bool truncated = false;  // the file was larger than the cap
+  lock_probe write_lock = lock_probe::unknown;  // with probe_write_lock
+  bool write_locked() const { return write_lock == lock_probe::locked; }
 };
 // Reads at most `cap` bytes of a regular file, without following a symlink and
 // without blocking on a FIFO. A non-regular file is EINVAL. With
@@ -73,8 +79,20 @@ struct file_bytes {
 // write-locks is not read (bytes empty): a queue entry's proof comes first.
 result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown,
                                 bool probe_write_lock = false, bool skip_unlocked = false);
+// The same through an open descriptor (read from its current offset).
+result<file_bytes> read_fd(int f, std::size_t cap, const std::string& shown, bool probe_write_lock = false);
+// Opens a file read-only, never following a symlink or blocking on a FIFO.
+result<fd> open_read(int dirfd, const std::string& name, const std::string& shown);
+// Opens an existing regular file for writing (no truncation, no symlink).
+result<fd> open_write(int dirfd, const std::string& name, const std::string& shown);
 
 error mkdir_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown);
+// A FIFO, opened read-write and non-blocking (so that it never reports a
+// hang-up and never blocks its owner): a wake channel another process of
+// the same user writes one byte into. Must not exist.
+result<fd> make_fifo_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown);
+// Opens an existing FIFO for writing without blocking (ENXIO: nobody reads it).
+result<fd> open_fifo_writer(int dirfd, const std::string& name, const std::string& shown);
 // Creates `name` (must not exist) and writes all of `bytes`.
 error write_new_file_at(int dirfd, const std::string& name, const std::string& bytes, const std::string& shown);
 // The same with `mode` (before the umask), keeping the file open for writing.
@@ -84,14 +102,20 @@ result<fd> create_file_at(int dirfd, const std::string& name, const std::string&
 // flag (or the test switch OFFLOAD_LOCK_NO_RENAMEAT2 says to act as if).
 error rename_noreplace(int dirfd, const std::string& from, const std::string& to, const std::string& shown);
 error rename_at(int dirfd, const std::string& from, const std::string& to, const std::string& shown);
+// renameat2(RENAME_EXCHANGE): swaps two names atomically; neither is ever
+// absent. EINVAL/ENOSYS where the file system refuses it (or the test switch
+// OFFLOAD_LOCK_NO_RENAMEAT2 says to act as if).
+error rename_exchange(int dirfd, const std::string& a, const std::string& b, const std::string& shown);
 // unlinkat; `dir` removes a directory. Missing is not an error.
 error unlink_at(int dirfd, const std::string& name, bool dir, const std::string& shown);
 // fchmod: sets the mode of an open file or directory exactly (no umask).
 error chmod_fd(int f, unsigned mode, const std::string& shown);
 // Sets the mtime (and atime) of dirfd/name to now, not following symlinks.
 error touch_at(int dirfd, const std::string& name, const std::string& shown);
-// Names in a directory (without . and ..).
-result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown);
+// Names in a directory (without . and ..). With `cap`, at most that many
+// names, from the directory's start: the bounded look at a directory another
+// user may have flooded.
+result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, std::size_t cap = 0);
 
 // Open-file-description record locks over the whole file (F_OFD_SETLK),
 // never blocking: no error when taken, EAGAIN when another open file
@@ -102,18 +126,33 @@ error ofd_lock(int f, bool write);
 // flock(LOCK_EX | LOCK_NB). Independent of the OFD locks above (Linux keeps
 // the two apart). EWOULDBLOCK when another open file description holds it.
 error try_flock_exclusive(int f);
-// True when another open file description holds a write lock (one that would
+// Whether another open file description holds a write lock (one that would
 // conflict with a read lock) on `f` (F_OFD_GETLK): probes without taking
 // anything, and works on a descriptor opened read-only.
-bool write_locked_elsewhere(int f);
+lock_probe write_locked_elsewhere(int f);
+
+// Descriptors whose open file description carries a proof of life (the OFD
+// write lock on a meta.json or a queue entry). A forked child must not keep
+// that proof alive after this process is gone, so in the child of every
+// fork() each of these numbers is pointed at /dev/null (the number stays
+// valid, and closing it later is harmless). See tests/multiprocess/trust_test.cpp.
+void guard_from_fork(int f);
+void unguard_from_fork(int f);
 
 // A pipe (read end, write end), both close-on-exec; the read end non-blocking.
 result<std::pair<fd, fd>> make_pipe();
 void notify(int write_end);  // writes one byte, never blocks
 void drain(int read_end);    // reads whatever is queued, never blocks
+// One read or write on a non-blocking descriptor: the count, 0 at end of
+// file, -1 when nothing could be done now (EAGAIN) or on error.
+long read_some(int f, char* buf, std::size_t n);
+long write_some(int f, const char* buf, std::size_t n);
 // Waits until one of the descriptors (those >= 0) is readable or hung up, or
 // timeout_ms passes (negative: no timeout). Retries EINTR.
 void wait_readable(std::initializer_list<int> fds, std::int64_t timeout_ms);
+// The same, saying which: the index of the first descriptor ready, -1 when
+// the time ran out.
+int wait_any(const std::vector<int>& fds, std::int64_t timeout_ms);
 
 }  // namespace offload_lock::detail::sys
 

@@ -14,8 +14,12 @@ namespace offload_lock::detail::sys {
 
 // kill(pid, 0) with EPERM counted as alive, then /proc/<pid>/stat for the
 // zombie state (skipped where /proc is not this pid namespace's: it would
-// describe another process). `invalid` for a pid outside 1..max_pid.
+// describe another process, and where it cannot be read: alive). `invalid`
+// for a pid outside 1..max_pid; `unknown` when kill() fails otherwise.
 liveness probe(std::int64_t pid);
+// Whether the process is stopped (SIGSTOP, a debugger): nullopt when that
+// cannot be read (gone, /proc not this namespace's, hidepid).
+std::optional<bool> stopped(std::int64_t pid);
 // The process's start, nullopt when it cannot be read (gone, invalid pid, or
 // another process while /proc is not this pid namespace's). This process's
 // own start is read from /proc/self once and cached (per pid, so a forked

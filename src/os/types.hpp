@@ -19,13 +19,19 @@ struct stat_info {
   bool is_regular = false;
   bool is_symlink = false;
   std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
   std::uint32_t mode = 0;  // permission bits with setuid, setgid and sticky (07777)
   std::int64_t mtime_ms = 0;
+  // The inode's last status change, set by the kernel alone (no call lets a
+  // user choose it): the queue's arrival order (registry.hpp).
+  std::int64_t ctime_ns = 0;
   std::int64_t size = 0;
+  std::uint64_t nlink = 0;
 };
 
-// What the kernel says of a pid.
-enum class liveness { alive, dead, zombie, invalid };
+// What the kernel says of a pid. `unknown`: the question could not be asked
+// (kill failed with neither ESRCH nor EPERM), which is never evidence of death.
+enum class liveness { alive, dead, zombie, invalid, unknown };
 
 // A process's start: clock ticks since boot (field 22 of /proc/<pid>/stat)
 // and the same moment as epoch milliseconds by today's wall clock.

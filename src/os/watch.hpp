@@ -17,9 +17,10 @@ namespace offload_lock::detail::sys {
 
 class watcher {
  public:
-  // Takes an inotify instance from a process-wide pool: closing one that had
-  // watches makes the kernel wait for a grace period (about 12 ms measured
-  // here), which every acquisition would otherwise pay.
+  // Takes an inotify instance from a process-wide pool at its first inotify
+  // watch (none before): closing one that had watches makes the kernel wait
+  // for a grace period (about 12 ms measured here), which every acquisition
+  // would otherwise pay.
   watcher();
   ~watcher();  // removes its watches and gives the instance back
   watcher(const watcher&) = delete;
@@ -45,6 +46,9 @@ class watcher {
   // The exit of process `pid`. -1 without pidfd, or when the process is gone
   // already (ESRCH): has_pidfd() tells the two apart.
   int watch_pid(std::int64_t pid);
+  // A descriptor of the caller's (a wake channel) becoming readable; the
+  // caller keeps it open while it is watched, and drains it.
+  int watch_readable(int f);
   void unwatch(int id);  // -1 is ignored
   void unwatch_all();
 
@@ -57,15 +61,18 @@ class watcher {
  private:
   struct item {
     int id = -1;
-    enum kind_t { lock_dir, entries, file, pid } kind = lock_dir;
+    enum kind_t { lock_dir, entries, file, pid, readable } kind = lock_dir;
     int wd = -1, parent_wd = -1;  // inotify watches (parent_wd: lock_dir only)
     std::string name;             // the lock's name in its parent
-    int pidfd = -1;
+    int pidfd = -1;               // pid: the pidfd (owned); readable: the caller's descriptor
+    bool owned = true;
   };
+  bool ensure_inotify();
   int add_inotify(const std::string& path, std::uint32_t mask);
   void drop_wd(int wd);
   bool read_events(std::vector<int>& fired);
   int ino_ = -1;
+  bool ino_tried_ = false;
   int next_id_ = 0;
   bool pidfd_ok_ = true;
   std::vector<item> items_;

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <vector>
 
@@ -174,13 +176,23 @@ void gated_child::reap() {
   reaped_ = true;
 }
 
-int gated_child::wait_forwarding() {
+int gated_child::wait_forwarding() { return *wait_forwarding_for(-1); }
+
+std::optional<int> gated_child::wait_forwarding_for(std::int64_t timeout_ms) {
   const int sig_fd = catch_signals();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     if (auto status = ended()) return *status;
     if (reaped_) return 1;
+    int wait_ms = -1;
+    if (timeout_ms >= 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      // SIGCHLD wakes the poll when the child ends; poll's int caps a wait.
+      wait_ms = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 60'000));
+    }
     struct pollfd fds[1] = {{sig_fd, POLLIN, 0}};
-    if (::poll(fds, 1, -1) < 0) continue;
+    if (::poll(fds, 1, wait_ms) <= 0) continue;
     while (auto m = next_caught()) {
       if (is_child_exit(*m)) continue;
       // A terminal's signal reaches the whole foreground process group, the

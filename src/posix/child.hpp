@@ -46,6 +46,8 @@ class gated_child {
   // zombie, which every participant's kill(pid, 0) still sees alive) until
   // reap(), so the caller can release the lock first.
   int wait_forwarding();
+  // The same for at most timeout_ms: nullopt when the child still runs then.
+  std::optional<int> wait_forwarding_for(std::int64_t timeout_ms);
   // Whether the child has already ended (without reaping it): its status.
   std::optional<int> ended();
   void reap();

@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 
@@ -15,23 +17,28 @@
 
 namespace offload_lock::detail::sys {
 
-std::int64_t now_ms() {
+namespace {
+
+// A clock in microseconds. clock_gettime does not fail for these clocks; if
+// it ever does (an injected fault), the last reading stands, so that no
+// deadline or age jumps to 1970.
+std::int64_t read_us(clockid_t c, std::atomic<std::int64_t>& last) {
   struct timespec t {};
-  ::clock_gettime(CLOCK_REALTIME, &t);
-  return ts_ms(t) + clock_skew_ms();
+  if (calls.clock_gettime(c, &t) != 0) return last.load(std::memory_order_relaxed);
+  const std::int64_t us = static_cast<std::int64_t>(t.tv_sec) * 1'000'000 + t.tv_nsec / 1'000;
+  last.store(us, std::memory_order_relaxed);
+  return us;
 }
 
-std::int64_t monotonic_us() {
-  struct timespec t {};
-  ::clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000 + t.tv_nsec / 1'000;
-}
+std::atomic<std::int64_t> g_last_real{0}, g_last_mono{0};
 
-std::int64_t monotonic_ms() {
-  struct timespec t {};
-  ::clock_gettime(CLOCK_MONOTONIC, &t);
-  return ts_ms(t);
-}
+}  // namespace
+
+std::int64_t now_ms() { return read_us(CLOCK_REALTIME, g_last_real) / 1000 + clock_skew_ms(); }
+
+std::int64_t monotonic_us() { return read_us(CLOCK_MONOTONIC, g_last_mono); }
+
+std::int64_t monotonic_ms() { return read_us(CLOCK_MONOTONIC, g_last_mono) / 1000; }
 
 std::string random_hex(std::size_t bytes) {
   std::string raw(bytes, '\0');
@@ -69,7 +76,13 @@ int poll_toward(std::vector<struct pollfd>& fds, std::int64_t deadline, bool fir
   }
   const int r = calls.poll(fds.data(), static_cast<nfds_t>(fds.size()), t);
   if (r > 0) return r;
-  if (r < 0) return errno == EINTR ? -1 : 0;
+  if (r < 0 && errno != EINTR) {
+    // poll itself failed (ENOMEM, say): wait a little without it rather
+    // than turn every caller's wait into a spin, and try again.
+    const std::int64_t pause = t < 0 ? 10 : std::min<std::int64_t>(t, 10);
+    struct timespec ts {0, static_cast<long>(pause) * 1'000'000};
+    ::nanosleep(&ts, nullptr);
+  }
   return deadline >= 0 && monotonic_ms() >= deadline ? 0 : -1;
 }
 

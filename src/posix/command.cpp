@@ -1,6 +1,4 @@
-// Running a helper command with a time limit. See command.hpp.
-#include "posix/command.hpp"
-
+// Running a helper program with a time limit. See os/programs.hpp.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -12,9 +10,35 @@
 
 #include <algorithm>
 
-#include "posix/sys.hpp"
+#include "os/clock.hpp"
+#include "os/programs.hpp"
 
-namespace offload_lock::cli::os {
+namespace offload_lock::detail::sys {
+
+namespace {
+
+// How often a program that closed its output is checked for having exited.
+constexpr int reap_poll_ms = 5;
+
+// Reaps `pid` if it has exited by `deadline` (monotonic ms); kills it at the
+// deadline otherwise. The exit status, or nullopt when it had to be killed.
+std::optional<int> reap_by(pid_t pid, std::int64_t deadline) {
+  for (;;) {
+    int st = 0;
+    const pid_t r = ::waitpid(pid, &st, WNOHANG);
+    if (r == pid) return st;
+    if (r < 0 && errno != EINTR) return std::nullopt;
+    if (r == 0 && monotonic_ms() >= deadline) break;
+    if (r == 0) ::poll(nullptr, 0, reap_poll_ms);
+  }
+  ::kill(pid, SIGKILL);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::optional<std::string> read_command(const std::vector<std::string>& argv, std::size_t cap,
                                         std::int64_t timeout_ms) {
@@ -39,29 +63,26 @@ std::optional<std::string> read_command(const std::vector<std::string>& argv, st
     return std::nullopt;
   }
   std::string text;
-  const std::int64_t deadline = detail::sys::monotonic_ms() + timeout_ms;
-  bool timed_out = false;
+  // One deadline for the whole run, the output and the exit alike: a
+  // program that closes its output and stays must not outlive it.
+  const std::int64_t deadline = monotonic_ms() + timeout_ms;
   for (;;) {
-    const std::int64_t left = deadline - detail::sys::monotonic_ms();
+    const std::int64_t left = deadline - monotonic_ms();
+    if (left <= 0) break;
     struct pollfd p = {out[0], POLLIN, 0};
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 60'000))) == 0) {
-      timed_out = detail::sys::monotonic_ms() >= deadline;
-      if (timed_out) break;
-      continue;
-    }
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 60'000)));
+    if (ready <= 0) continue;  // EINTR, or the time left has passed (checked above)
     char buf[4096];
     const ssize_t n = ::read(out[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(std::min<ssize_t>(n, static_cast<ssize_t>(cap - std::min(cap, text.size())))));
+    const std::size_t room = cap - std::min(cap, text.size());
+    text.append(buf, std::min(static_cast<std::size_t>(n), room));
   }
   ::close(out[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (timed_out || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return std::nullopt;
+  const auto st = reap_by(pid, deadline);
+  if (!st || !WIFEXITED(*st) || WEXITSTATUS(*st) != 0) return std::nullopt;
   return text;
 }
 
-}  // namespace offload_lock::cli::os
+}  // namespace offload_lock::detail::sys

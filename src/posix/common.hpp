@@ -34,9 +34,12 @@ inline stat_info from_stat(const struct stat& s) {
   i.is_regular = S_ISREG(s.st_mode);
   i.is_symlink = S_ISLNK(s.st_mode);
   i.uid = s.st_uid;
+  i.gid = s.st_gid;
   i.mode = s.st_mode & 07777;
   i.mtime_ms = ts_ms(s.st_mtim);
+  i.ctime_ns = static_cast<std::int64_t>(s.st_ctim.tv_sec) * 1'000'000'000 + s.st_ctim.tv_nsec;
   i.size = s.st_size;
+  i.nlink = static_cast<std::uint64_t>(s.st_nlink);
   return i;
 }
 
@@ -45,8 +48,9 @@ std::int64_t deadline_in(std::int64_t timeout_ms);
 
 // One poll() toward a deadline (monotonic ms, -1 for none). Returns the
 // number of ready descriptors; 0 once the deadline has passed (the first
-// call polls even then, so a timeout of 0 looks once) or on a poll error;
-// -1 to poll again (EINTR, or woken before the deadline with nothing ready).
+// call polls even then, so a timeout of 0 looks once); -1 to poll again
+// (EINTR, woken before the deadline with nothing ready, or poll itself
+// failing, after a 10 ms pause so that no caller spins).
 int poll_toward(std::vector<struct pollfd>& fds, std::int64_t deadline, bool first);
 
 }  // namespace offload_lock::detail::sys

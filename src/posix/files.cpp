@@ -2,6 +2,8 @@
 #include "os/files.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "os/process.hpp"
 
 #include "os/test_hooks.hpp"
 #include "posix/common.hpp"
@@ -73,30 +79,47 @@ result<stat_info> stat_fd(int f, const std::string& shown) {
   return from_stat(s);
 }
 
-result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown,
-                                bool probe_write_lock, bool skip_unlocked) {
+result<fd> open_read(int dirfd, const std::string& name, const std::string& shown) {
   // O_NONBLOCK: a FIFO planted as meta.json must not hang the reader.
   int raw = retry([&] {
     return calls.openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
   });
   if (raw < 0) return sys_error(errno, "open", shown);
+  return fd(raw);
+}
+
+result<fd> open_write(int dirfd, const std::string& name, const std::string& shown) {
+  int raw = retry([&] {
+    return calls.openat(dirfd, name.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
+  });
+  if (raw < 0) return sys_error(errno, "open", shown);
   fd f(raw);
   auto st = stat_fd(f.get(), shown);
+  if (!st) return st.error();
+  if (!st->is_regular) return sys_error(EINVAL, "open (not a regular file)", shown);
+  return f;
+}
+
+namespace {
+
+result<file_bytes> read_open(int f, std::size_t cap, const std::string& shown, bool probe_write_lock,
+                             bool skip_unlocked) {
+  auto st = stat_fd(f, shown);
   if (!st) return st.error();
   if (!st->is_regular) return sys_error(EINVAL, "read (not a regular file)", shown);
   file_bytes out;
   out.st = *st;
-  if (probe_write_lock) out.write_locked = write_locked_elsewhere(f.get());
-  if (probe_write_lock && skip_unlocked && !out.write_locked) return out;
+  if (probe_write_lock) out.write_lock = write_locked_elsewhere(f);
+  if (probe_write_lock && skip_unlocked && out.write_lock == lock_probe::unlocked) return out;
   std::size_t want = cap + 1;
-  out.bytes.resize(std::min<std::size_t>(want, static_cast<std::size_t>(st->size) + 4096));
+  out.bytes.resize(std::min<std::size_t>(want, static_cast<std::size_t>(std::max<std::int64_t>(0, st->size)) + 4096));
   std::size_t got = 0;
   for (;;) {
     if (got == out.bytes.size()) {
       if (out.bytes.size() >= want) break;
       out.bytes.resize(std::min(want, out.bytes.size() * 2));
     }
-    ssize_t n = retry([&] { return calls.read(f.get(), &out.bytes[got], out.bytes.size() - got); });
+    ssize_t n = retry([&] { return calls.read(f, &out.bytes[got], out.bytes.size() - got); });
     if (n < 0) return sys_error(errno, "read", shown);
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
@@ -106,9 +129,46 @@ result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t 
   return out;
 }
 
+}  // namespace
+
+result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t cap, const std::string& shown,
+                                bool probe_write_lock, bool skip_unlocked) {
+  auto f = open_read(dirfd, name, shown);
+  if (!f) return f.error();
+  return read_open(f->get(), cap, shown, probe_write_lock, skip_unlocked);
+}
+
+result<file_bytes> read_fd(int f, std::size_t cap, const std::string& shown, bool probe_write_lock) {
+  return read_open(f, cap, shown, probe_write_lock, false);
+}
+
 error mkdir_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown) {
   if (retry([&] { return calls.mkdirat(dirfd, name.c_str(), mode); }) != 0) return sys_error(errno, "mkdir", shown);
   return {};
+}
+
+result<fd> make_fifo_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown) {
+  if (retry([&] { return calls.mkfifoat(dirfd, name.c_str(), static_cast<mode_t>(mode)); }) != 0)
+    return sys_error(errno, "mkfifo", shown);
+  // Read-write: the owner is a writer itself, so poll() never reports a
+  // hang-up when a writer comes and goes, and the open never blocks.
+  int raw = retry([&] { return calls.openat(dirfd, name.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW, 0); });
+  if (raw < 0) {
+    const int e = errno;
+    (void)retry([&] { return calls.unlinkat(dirfd, name.c_str(), 0); });
+    return sys_error(e, "open", shown);
+  }
+  return fd(raw);
+}
+
+result<fd> open_fifo_writer(int dirfd, const std::string& name, const std::string& shown) {
+  int raw = retry([&] { return calls.openat(dirfd, name.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW, 0); });
+  if (raw < 0) return sys_error(errno, "open", shown);
+  fd f(raw);
+  auto st = stat_fd(f.get(), shown);
+  if (!st) return st.error();
+  if (st->is_regular || st->is_dir) return sys_error(EINVAL, "open (not a FIFO)", shown);
+  return f;
 }
 
 error chmod_fd(int f, unsigned mode, const std::string& shown) {
@@ -148,6 +208,16 @@ error rename_noreplace(int dirfd, const std::string& from, const std::string& to
   return {};
 }
 
+error rename_exchange(int dirfd, const std::string& a, const std::string& b, const std::string& shown) {
+#ifndef RENAME_EXCHANGE
+  constexpr unsigned RENAME_EXCHANGE = 2;
+#endif
+  if (!feature_enabled(feature::renameat2)) return sys_error(EINVAL, "rename (RENAME_EXCHANGE disabled)", shown);
+  if (retry([&] { return calls.renameat2(dirfd, a.c_str(), dirfd, b.c_str(), RENAME_EXCHANGE); }) != 0)
+    return sys_error(errno, "rename (exchange)", shown);
+  return {};
+}
+
 error rename_at(int dirfd, const std::string& from, const std::string& to, const std::string& shown) {
   if (retry([&] { return calls.renameat(dirfd, from.c_str(), dirfd, to.c_str()); }) != 0)
     return sys_error(errno, "rename", shown);
@@ -168,23 +238,31 @@ error touch_at(int dirfd, const std::string& name, const std::string& shown) {
   return {};
 }
 
-result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown) {
-  int dup = retry([&] { return calls.openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0); });
-  if (dup < 0) return sys_error(errno, "open", shown);
-  DIR* d = calls.fdopendir(dup);
-  if (!d) {
-    int e = errno;
-    calls.close(dup);
-    return sys_error(e, "opendir", shown);
-  }
+result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, std::size_t cap) {
+  // A descriptor of its own: the listing's offset is not the caller's.
+  int raw = retry([&] { return calls.openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0); });
+  if (raw < 0) return sys_error(errno, "open", shown);
+  fd d(raw);
   std::vector<std::string> names;
-  errno = 0;
-  while (struct dirent* ent = ::readdir(d)) {
-    if (std::strcmp(ent->d_name, ".") != 0 && std::strcmp(ent->d_name, "..") != 0) names.emplace_back(ent->d_name);
+  alignas(8) char buf[32768];
+  for (;;) {
+    const ssize_t n = retry([&] { return calls.getdents64(d.get(), buf, sizeof buf); });
+    if (n < 0) return sys_error(errno, "readdir", shown);
+    if (n == 0) break;
+    for (ssize_t off = 0; off < n;) {
+      // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
+      unsigned short reclen = 0;
+      std::memcpy(&reclen, buf + off + 16, sizeof reclen);
+      if (reclen == 0) return sys_error(EIO, "readdir", shown);
+      const char* name = buf + off + 19;
+      if (std::strcmp(name, ".") != 0 && std::strcmp(name, "..") != 0) names.emplace_back(name);
+      off += reclen;
+    }
+    if (cap && names.size() >= cap) {
+      names.resize(cap);
+      break;
+    }
   }
-  int e = errno;
-  ::closedir(d);
-  if (e != 0) return sys_error(e, "readdir", shown);
   return names;
 }
 
@@ -203,30 +281,75 @@ error try_flock_exclusive(int f) {
   return {};
 }
 
-bool write_locked_elsewhere(int f) {
+lock_probe write_locked_elsewhere(int f) {
   struct flock l {};
   l.l_type = F_RDLCK;
   l.l_whence = SEEK_SET;
-  if (retry([&] { return calls.ofd_getlk(f, &l); }) != 0) return false;
-  return l.l_type != F_UNLCK;
+  if (retry([&] { return calls.ofd_getlk(f, &l); }) != 0) return lock_probe::unknown;
+  return l.l_type != F_UNLCK ? lock_probe::locked : lock_probe::unlocked;
 }
 
 result<std::pair<fd, fd>> make_pipe() {
   int p[2];
   if (calls.pipe2(p, O_CLOEXEC) != 0) return sys_error(errno, "pipe", "");
-  ::fcntl(p[0], F_SETFL, O_NONBLOCK);
+  if (calls.fcntl_int(p[0], F_SETFL, O_NONBLOCK) != 0) {
+    const int e = errno;
+    calls.close(p[0]);
+    calls.close(p[1]);
+    return sys_error(e, "fcntl(F_SETFL)", "pipe");
+  }
   return std::make_pair(fd(p[0]), fd(p[1]));
 }
 
 void notify(int write_end) {
   char c = 1;
-  ssize_t r = calls.write(write_end, &c, 1);
-  (void)r;
+  (void)write_some(write_end, &c, 1);
+}
+
+long read_some(int f, char* buf, std::size_t n) {
+  return static_cast<long>(retry([&] { return calls.read(f, buf, n); }));
+}
+
+long write_some(int f, const char* buf, std::size_t n) {
+  // A pipe or FIFO whose reader has gone raises SIGPIPE, which would kill a
+  // host process that did not ask for it: blocked on this thread around the
+  // write, and a SIGPIPE this write raised is taken back before unblocking.
+  sigset_t pipe_only, old;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  sigset_t pending;
+  sigemptyset(&pending);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  const bool was_pending = ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+  const long r = static_cast<long>(retry([&] { return calls.write(f, buf, n); }));
+  const int e = errno;
+  if (r < 0 && e == EPIPE && !was_pending) {
+    struct timespec zero {0, 0};
+    while (::sigtimedwait(&pipe_only, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = e;
+  return r;
 }
 
 void drain(int read_end) {
   char buf[256];
   while (calls.read(read_end, buf, sizeof buf) > 0) {
+  }
+}
+
+int wait_any(const std::vector<int>& fds, std::int64_t timeout_ms) {
+  std::vector<struct pollfd> p;
+  p.reserve(fds.size());
+  for (int f : fds) p.push_back({f, POLLIN, 0});
+  const std::int64_t deadline = timeout_ms < 0 ? -1 : deadline_in(timeout_ms);
+  for (bool first = true;; first = false) {
+    const int r = poll_toward(p, deadline, first);
+    if (r == 0) return -1;
+    if (r < 0) continue;
+    for (std::size_t i = 0; i < p.size(); ++i)
+      if (p[i].revents) return static_cast<int>(i);
   }
 }
 
@@ -237,6 +360,79 @@ void wait_readable(std::initializer_list<int> fds, std::int64_t timeout_ms) {
   const std::int64_t deadline = timeout_ms < 0 ? -1 : deadline_in(timeout_ms);
   for (bool first = true; poll_toward(p, deadline, first) < 0; first = false) {
   }
+}
+
+}  // namespace offload_lock::detail::sys
+
+namespace offload_lock::detail::sys {
+
+namespace {
+
+// The guarded descriptors, each with the file it was guarded for: a number
+// closed without being unguarded may be reused by anything (a pipe made
+// just before a fork, say), and the child must not touch that. A plain
+// array behind a mutex: the fork handlers take the mutex around fork(), so
+// the child finds it consistent and unlocked.
+struct guarded_fd {
+  int fd;
+  dev_t dev;
+  ino_t ino;
+};
+std::mutex g_guard_mu;
+// Never destroyed: a heartbeat thread may drop a held lock's guard while
+// the process exits and runs the static destructors.
+std::vector<guarded_fd>& guarded() {
+  static auto* v = new std::vector<guarded_fd>();
+  return *v;
+}
+
+bool still_guarded_file(const guarded_fd& g) {
+  struct stat st {};
+  return ::fstat(g.fd, &st) == 0 && st.st_dev == g.dev && st.st_ino == g.ino;
+}
+
+void null_guarded_in_child() {
+  // Only async-signal-safe calls here: open, fstat, dup3, close.
+  const int nul = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (nul >= 0) {
+    for (const guarded_fd& g : guarded())
+      if (g.fd >= 0 && g.fd != nul && still_guarded_file(g)) ::dup3(nul, g.fd, O_CLOEXEC);
+    ::close(nul);
+  }
+  g_guard_mu.unlock();
+}
+
+struct fork_guard_installer {
+  fork_guard_installer() noexcept {
+    on_fork([] { g_guard_mu.lock(); }, [] { g_guard_mu.unlock(); }, null_guarded_in_child);
+  }
+};
+#if !defined(__SANITIZE_THREAD__)
+// (Not under ThreadSanitizer, whose own fork handling can deadlock against
+// mutexes taken in fork handlers.)
+const fork_guard_installer installed_fork_guard;
+#endif
+
+}  // namespace
+
+void guard_from_fork(int f) {
+  if (f < 0) return;
+  struct stat st {};
+  if (::fstat(f, &st) != 0) return;
+  std::lock_guard<std::mutex> g(g_guard_mu);
+  auto& v = guarded();
+  // Entries whose number now names another file were closed unguarded:
+  // dropped here, so the list stays as long as what is really guarded.
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const guarded_fd& x) { return x.fd == f || !still_guarded_file(x); }),
+          v.end());
+  v.push_back({f, st.st_dev, st.st_ino});
+}
+
+void unguard_from_fork(int f) {
+  if (f < 0) return;
+  std::lock_guard<std::mutex> g(g_guard_mu);
+  auto& v = guarded();
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const guarded_fd& x) { return x.fd == f; }), v.end());
 }
 
 }  // namespace offload_lock::detail::sys

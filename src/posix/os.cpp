@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "os/programs.hpp"
 #include "posix/sys.hpp"
 
 namespace offload_lock::cli::os {
@@ -19,6 +20,8 @@ namespace sys = offload_lock::detail::sys;
 std::optional<std::string> get_env(const std::string& name) { return sys::get_env(name); }
 
 std::int64_t parent_pid() { return sys::parent_pid(); }
+
+std::int64_t self_pid() { return sys::self_pid(); }
 
 std::uint32_t effective_uid() { return sys::effective_uid(); }
 
@@ -46,39 +49,9 @@ void open_missing_standard_fds() {
   }
 }
 
-namespace {
+std::optional<std::int64_t> parent_of(std::int64_t pid) { return sys::parent_of(pid); }
 
-std::optional<std::string> proc_file(std::int64_t pid, const char* what) {
-  if (pid <= 0) return std::nullopt;
-  const std::string path = "/proc/" + std::to_string(pid) + "/" + what;
-  auto f = sys::read_file_at(sys::cwd, path, 4096, path);
-  if (!f) return std::nullopt;
-  return std::move(f->bytes);
-}
-
-}  // namespace
-
-std::optional<std::int64_t> parent_of(std::int64_t pid) {
-  auto stat = proc_file(pid, "stat");
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
-  // the fields start after the last ')'.
-  if (!stat) return std::nullopt;
-  const auto close = stat->rfind(')');
-  if (close == std::string::npos || close + 4 >= stat->size()) return std::nullopt;
-  const auto from = stat->find(' ', close + 2);
-  if (from == std::string::npos) return std::nullopt;
-  std::int64_t ppid = 0;
-  for (std::size_t i = from + 1; i < stat->size() && (*stat)[i] >= '0' && (*stat)[i] <= '9' && ppid < (1LL << 40); ++i)
-    ppid = ppid * 10 + ((*stat)[i] - '0');
-  return ppid;
-}
-
-std::optional<std::string> command_name(std::int64_t pid) {
-  auto comm = proc_file(pid, "comm");
-  if (!comm) return std::nullopt;
-  if (!comm->empty() && comm->back() == '\n') comm->pop_back();
-  return comm;
-}
+std::optional<std::string> command_name(std::int64_t pid) { return sys::command_name(pid); }
 
 bool exits_within(std::int64_t pid, int ms) {
   for (int waited = 0;; waited += 20) {
@@ -88,6 +61,8 @@ bool exits_within(std::int64_t pid, int ms) {
     sys::wait_readable({}, 20);
   }
 }
+
+std::optional<std::uint32_t> process_uid(std::int64_t pid) { return sys::process_uid(pid); }
 
 std::string host_name() { return sys::host_name(); }
 

@@ -16,6 +16,7 @@ namespace offload_lock::cli::os {
 // The variable's value (possibly empty); nullopt when it is not set.
 std::optional<std::string> get_env(const std::string& name);
 std::int64_t parent_pid();
+std::int64_t self_pid();
 std::uint32_t effective_uid();
 // Splits a path into its parent and its last component by the library's
 // own rule ("a/b/c": "a/b" and "c"; "c": "." and "c"; "/c": "/" and "c"),
@@ -41,6 +42,9 @@ std::optional<std::string> command_name(std::int64_t pid);
 // Whether process `pid` ends (or is a zombie) within `ms` milliseconds;
 // looks every 20 ms.
 bool exits_within(std::int64_t pid, int ms);
+// The owner of process `pid` (its effective uid; root for one that is not
+// dumpable); nullopt when it is gone or /proc is not this pid namespace's.
+std::optional<std::uint32_t> process_uid(std::int64_t pid);
 // This machine's host name, as the library records it.
 std::string host_name();
 // The login name of `uid`; nullopt when the password database has none.

@@ -12,9 +12,10 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
-#include <fstream>
 #include <mutex>
 #include <sstream>
+#include <fcntl.h>
+#include "os/files.hpp"
 
 #include "os/clock.hpp"
 #include "posix/common.hpp"
@@ -24,11 +25,11 @@ namespace offload_lock::detail::sys {
 
 namespace {
 
+// A small file of /proc (or /proc/sys), through the syscall table; empty when
+// it cannot be read.
 std::string read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto f = read_file_at(cwd, path, 4096, path);
+  return f ? f->bytes : std::string();
 }
 
 // Parses /proc/<pid>/stat (/proc/self/stat for this process, which is right
@@ -77,12 +78,21 @@ const fork_guard installed_fork_guard;
 
 liveness probe(std::int64_t pid) {
   if (!valid_pid(pid)) return liveness::invalid;
-  if (calls.kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return liveness::dead;
+  if (calls.kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)
+    return errno == ESRCH ? liveness::dead : liveness::unknown;
   char state = '?';
   std::uint64_t ticks = 0;
   // kill(pid, 0) succeeds on a zombie: only its state tells it has exited.
   if (read_proc_stat(pid, state, ticks) && (state == 'Z' || state == 'X')) return liveness::zombie;
   return liveness::alive;
+}
+
+std::optional<bool> stopped(std::int64_t pid) {
+  if (!valid_pid(pid)) return std::nullopt;
+  char state = '?';
+  std::uint64_t ticks = 0;
+  if (!read_proc_stat(pid, state, ticks)) return std::nullopt;
+  return state == 'T' || state == 't';
 }
 
 std::optional<proc_start> start_of(std::int64_t pid) {
@@ -107,7 +117,7 @@ std::optional<proc_start> start_of(std::int64_t pid) {
   long hz = ::sysconf(_SC_CLK_TCK);
   if (hz <= 0) hz = 100;
   struct timespec boot {};
-  ::clock_gettime(CLOCK_BOOTTIME, &boot);
+  if (calls.clock_gettime(CLOCK_BOOTTIME, &boot) != 0) return std::nullopt;
   // The start in boot time, turned into wall time by today's offset between
   // the two clocks (so a wall-clock step since boot does not skew it).
   std::int64_t started_boot_ms = static_cast<std::int64_t>(ticks * 1000 / static_cast<std::uint64_t>(hz));
@@ -120,7 +130,7 @@ std::optional<proc_start> start_of(std::int64_t pid) {
 std::optional<std::uint64_t> pid_namespace() {
   static const std::optional<std::uint64_t> ns = []() -> std::optional<std::uint64_t> {
     struct stat st {};
-    if (::stat("/proc/self/ns/pid", &st) != 0) return std::nullopt;
+    if (calls.fstatat(AT_FDCWD, "/proc/self/ns/pid", &st, 0) != 0) return std::nullopt;
     return static_cast<std::uint64_t>(st.st_ino);
   }();
   return ns;
@@ -133,7 +143,7 @@ bool proc_is_own() {
   const std::int64_t me = ::getpid();
   if (answered_for.load() != me) {
     char buf[32] = {};
-    const ssize_t n = ::readlink("/proc/self", buf, sizeof buf - 1);
+    const ssize_t n = calls.readlinkat(AT_FDCWD, "/proc/self", buf, sizeof buf - 1);
     own = n > 0 && std::strtoll(buf, nullptr, 10) == me;
     answered_for = me;
   }
@@ -146,7 +156,7 @@ std::uint32_t effective_uid() { return ::geteuid(); }
 std::optional<std::uint32_t> process_uid(std::int64_t pid) {
   if (pid <= 0 || !proc_is_own()) return std::nullopt;
   struct stat st {};
-  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0) return std::nullopt;
+  if (calls.fstatat(AT_FDCWD, ("/proc/" + std::to_string(pid)).c_str(), &st, 0) != 0) return std::nullopt;
   return static_cast<std::uint32_t>(st.st_uid);
 }
 std::int64_t parent_pid() { return ::getppid(); }

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <initializer_list>
 
 namespace offload_lock::cli::os {
@@ -61,6 +63,15 @@ int catch_signals() {
   return g_sig_pipe[0];
 }
 
+int catch_resize() {
+  install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGWINCH});
+  return g_sig_pipe[0];
+}
+
+bool is_resize(int signo) { return signo == SIGWINCH; }
+
+void ignore_broken_pipes() { (void)::signal(SIGPIPE, SIG_IGN); }
+
 int take_signal() {
   sig_msg m{};
   while (read_sig(m)) {
@@ -77,12 +88,19 @@ std::optional<caught_signal> next_caught() {
 
 bool is_child_exit(const caught_signal& s) { return s.signo == SIGCHLD; }
 
-int wait_for_eof_or_signal() {
+int wait_for_eof_or_signal(std::int64_t timeout_ms) {
   const int sig_fd = catch_signals();
   char buf[4096];
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
+    int wait_ms = -1;
+    if (timeout_ms >= 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return -1;
+      wait_ms = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 60'000));
+    }
     struct pollfd fds[2] = {{sig_fd, POLLIN, 0}, {0, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) continue;
+    if (::poll(fds, 2, wait_ms) <= 0) continue;
     if (fds[0].revents & POLLIN) {
       if (int sig = take_signal(); sig == SIGINT || sig == SIGTERM) return sig;
     }
@@ -100,6 +118,15 @@ void terminate(std::int64_t pid) {
 void send_signal(std::int64_t pid, int sig) {
   if (pid > 0) ::kill(static_cast<pid_t>(pid), sig);
 }
+
+void signal_group(std::int64_t pid, int sig) {
+  if (pid <= 0) return;
+  const auto p = static_cast<pid_t>(pid);
+  ::kill(::getpgid(p) == p ? -p : p, sig);
+}
+
+void terminate_group(std::int64_t pid) { signal_group(pid, SIGTERM); }
+void kill_group(std::int64_t pid) { signal_group(pid, SIGKILL); }
 
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);

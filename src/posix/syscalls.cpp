@@ -8,10 +8,10 @@
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <cstdio>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 
 namespace offload_lock::detail::sys {
 
@@ -23,8 +23,11 @@ int real_renameat2(int olddirfd, const char* from, int newdirfd, const char* to,
   return static_cast<int>(::syscall(SYS_renameat2, olddirfd, from, newdirfd, to, flags));
 }
 
+ssize_t real_getdents64(int fd, void* buf, size_t n) { return ::syscall(SYS_getdents64, fd, buf, n); }
+
 int real_ofd_setlk(int fd, struct flock* l) { return ::fcntl(fd, F_OFD_SETLK, l); }
 int real_ofd_getlk(int fd, struct flock* l) { return ::fcntl(fd, F_OFD_GETLK, l); }
+int real_fcntl_int(int fd, int cmd, int arg) { return ::fcntl(fd, cmd, arg); }
 
 int real_pidfd_open(pid_t pid, unsigned flags) {
 #ifdef SYS_pidfd_open
@@ -40,11 +43,14 @@ int real_pidfd_open(pid_t pid, unsigned flags) {
 }  // namespace
 
 constexpr syscall_table real_calls = {
-    real_openat,       ::close,           ::read,          ::write,          ::fstat,
-    ::fstatat,         ::mkdirat,         ::unlinkat,      ::renameat,       real_renameat2,
-    ::fchmod,          ::utimensat,       ::fdopendir,     real_ofd_setlk,   real_ofd_getlk,
-    ::flock,           ::pipe2,           ::poll,          ::kill,           ::inotify_init1,
-    ::inotify_add_watch, ::inotify_rm_watch, real_pidfd_open, ::getrandom,
+    real_openat,      ::close,         ::read,           ::write,
+    ::fstat,          ::fstatat,       ::mkdirat,        ::mkfifoat,
+    ::unlinkat,       ::renameat,      real_renameat2,   ::fchmod,
+    ::utimensat,      real_getdents64, real_ofd_setlk,   real_ofd_getlk,
+    real_fcntl_int,   ::flock,         ::dup3,           ::pipe2,
+    ::poll,           ::kill,          ::inotify_init1,  ::inotify_add_watch,
+    ::inotify_rm_watch, real_pidfd_open, ::getrandom,    ::clock_gettime,
+    ::readlinkat,
 };
 
 syscall_table calls = real_calls;

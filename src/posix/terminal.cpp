@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace offload_lock::cli::os {
@@ -26,8 +27,9 @@ void write_all(int fd, const std::string& s) {
 
 void write_stderr(const std::string& s) { write_all(2, s); }
 
-int terminal_stderr_copy() {
-  if (!::isatty(2)) return -1;
+int stderr_copy_unless_pipe() {
+  struct stat st {};
+  if (::fstat(2, &st) != 0 || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) return -1;
   return ::fcntl(2, F_DUPFD_CLOEXEC, 3);
 }
 

@@ -17,10 +17,12 @@ void write_stderr(const std::string& s);
 // The width of the terminal on `fd` in columns; 0 when `fd` is not a terminal.
 int terminal_width(int fd);
 
-// A close-on-exec copy of stderr when it is a terminal, else -1: for a
-// warning a detached process (the keeper of `acquire`) may still owe the
-// caller. Never a pipe or a file, whose reader would wait for it to close.
-int terminal_stderr_copy();
+// A close-on-exec copy of stderr unless it is a pipe or a socket (a
+// terminal, a log file, /dev/null), else -1: for a warning a detached
+// process (the keeper of `acquire`) may still owe the caller, in cron and
+// CI too. Never a pipe, whose reader (`$(...)`, a log collector) would wait
+// for it to close.
+int stderr_copy_unless_pipe();
 // Writes `s` to `fd` (when >= 0) and closes it.
 void write_and_close(int fd, const std::string& s);
 

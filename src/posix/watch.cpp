@@ -20,7 +20,13 @@ namespace offload_lock::detail::sys {
 namespace {
 
 std::mutex g_pool_mu;
-std::vector<int> g_pool;  // inotify instances with no watches and no queued events
+// Inotify instances with no watches and no queued events. Never destroyed:
+// a watcher on another thread may still return its instance while the
+// process exits and runs the static destructors.
+std::vector<int>& pool() {
+  static auto* v = new std::vector<int>();
+  return *v;
+}
 
 // Around fork the pool's mutex is taken, so it is never copied locked into
 // the child; the child drops the pooled instances, which it would otherwise
@@ -29,8 +35,8 @@ struct fork_guard {
   fork_guard() noexcept {
     on_fork([] { g_pool_mu.lock(); }, [] { g_pool_mu.unlock(); },
             [] {
-              for (int f : g_pool) calls.close(f);
-              g_pool.clear();
+              for (int f : pool()) calls.close(f);
+              pool().clear();
               g_pool_mu.unlock();
             });
   }
@@ -57,17 +63,22 @@ void drain_events(int ino) {
 
 }  // namespace
 
-watcher::watcher() {
-  if (feature_enabled(feature::inotify)) {
-    std::lock_guard<std::mutex> g(g_pool_mu);
-    if (!g_pool.empty()) {
-      ino_ = g_pool.back();
-      g_pool.pop_back();
-    } else {
-      ino_ = calls.inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    }
+watcher::watcher() { pidfd_ok_ = feature_enabled(feature::pidfd); }
+
+bool watcher::ensure_inotify() {
+  // Made at the first watch that needs it: a waiter that only sleeps on a
+  // pidfd and its wake channel uses none of the 128 instances a user has.
+  if (ino_ >= 0) return true;
+  if (ino_tried_ || !feature_enabled(feature::inotify)) return false;
+  ino_tried_ = true;
+  std::lock_guard<std::mutex> g(g_pool_mu);
+  if (!pool().empty()) {
+    ino_ = pool().back();
+    pool().pop_back();
+  } else {
+    ino_ = calls.inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   }
-  pidfd_ok_ = feature_enabled(feature::pidfd);
+  return ino_ >= 0;
 }
 
 watcher::~watcher() {
@@ -75,11 +86,11 @@ watcher::~watcher() {
   if (ino_ < 0) return;
   drain_events(ino_);
   std::lock_guard<std::mutex> g(g_pool_mu);
-  g_pool.push_back(ino_);
+  pool().push_back(ino_);
 }
 
 int watcher::add_inotify(const std::string& path, std::uint32_t mask) {
-  if (ino_ < 0) return -1;
+  if (!ensure_inotify()) return -1;
   // IN_MASK_ADD: one inode has one watch per instance, shared by every item
   // that names it (slots in one parent, say); masks add up, never replace.
   return calls.inotify_add_watch(ino_, path.c_str(), mask | IN_MASK_ADD);
@@ -93,7 +104,7 @@ void watcher::drop_wd(int wd) {
 }
 
 int watcher::watch_lock(const std::string& path, bool contents) {
-  if (ino_ < 0) return -1;
+  if (!ensure_inotify()) return -1;
   item it;
   it.kind = item::lock_dir;
   std::string parent;
@@ -153,10 +164,21 @@ int watcher::watch_pid(std::int64_t pid) {
     if (errno == ENOSYS) pidfd_ok_ = false;
     return -1;  // ESRCH: gone already
   }
-  ::fcntl(f, F_SETFD, FD_CLOEXEC);
+  // pidfd_open always makes its descriptor close-on-exec.
   item it;
   it.kind = item::pid;
   it.pidfd = f;
+  it.id = next_id_++;
+  items_.push_back(std::move(it));
+  return items_.back().id;
+}
+
+int watcher::watch_readable(int f) {
+  if (f < 0) return -1;
+  item it;
+  it.kind = item::readable;
+  it.pidfd = f;
+  it.owned = false;
   it.id = next_id_++;
   items_.push_back(std::move(it));
   return items_.back().id;
@@ -167,7 +189,7 @@ void watcher::unwatch(int id) {
   if (found == items_.end()) return;
   const item gone = *found;
   items_.erase(found);
-  if (gone.pidfd >= 0) calls.close(gone.pidfd);
+  if (gone.pidfd >= 0 && gone.owned) calls.close(gone.pidfd);
   drop_wd(gone.wd);
   if (gone.parent_wd != gone.wd) drop_wd(gone.parent_wd);
   // With nothing else watched on the instance, drop the events queued for
@@ -196,7 +218,7 @@ bool watcher::read_events(std::vector<int>& fired) {
     for (char* p = buf; p < buf + n;) {
       auto* ev = reinterpret_cast<struct inotify_event*>(p);
       for (const auto& it : items_) {
-        if (it.kind == item::pid) continue;
+        if (it.kind == item::pid || it.kind == item::readable) continue;
         const bool hit = (ev->mask & IN_Q_OVERFLOW) || ev->wd == it.wd ||
                          (it.kind == item::lock_dir && ev->wd == it.parent_wd && ev->len > 0 && it.name == ev->name);
         if (hit) fire(it.id);

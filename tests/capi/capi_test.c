@@ -153,6 +153,26 @@ static void test_full_acquisition(const char* dir) {
   offload_lock_options o;
   offload_lock_options_init(&o);
   CHECK(o.size == sizeof o && o.wait_ms < 0 && o.gpus == 1 && o.gpu == -1 && o.cancel_fd == -1);
+  {
+    /* A program built against 0.2's header has a smaller struct: the
+       entry point it calls (the function, not this header's macro) writes
+       0.2's fields only, and init_sized no more than it is told. */
+    union {
+      offload_lock_options o;
+      unsigned char b[sizeof(offload_lock_options) + 16];
+    } raw;
+    const size_t v02 = offsetof(offload_lock_options, priority);
+    memset(raw.b, 0xAB, sizeof raw.b);
+    (offload_lock_options_init)(&raw.o);
+    int intact = 1;
+    for (size_t k = v02; k < sizeof raw.b; ++k) intact = intact && raw.b[k] == 0xAB;
+    CHECK(intact && raw.o.size == v02 && raw.o.gpu == -1);
+    memset(raw.b, 0xAB, sizeof raw.b);
+    offload_lock_options_init_sized(&raw.o, v02 + sizeof(int));
+    intact = 1;
+    for (size_t k = v02 + sizeof(int); k < sizeof raw.b; ++k) intact = intact && raw.b[k] == 0xAB;
+    CHECK(intact && raw.o.priority == 0);
+  }
   o.path = path;
   o.label = "ex-job";
   o.wait_ms = 0;
@@ -213,6 +233,8 @@ static void test_full_acquisition(const char* dir) {
   h = NULL;
   CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_BUSY);
   CHECK(h == NULL);
+  if (h) fprintf(stderr, "took it while pid %d holds (nested %d, inherited %d)\n", (int)other.pid,
+                 offload_lock_nested(h), offload_lock_inherited(h));
   CHECK(strstr(message, "busy: ") == message);
   CHECK(strstr(message, "held by render-video (pid ") != NULL);
   o.wait_ms = 150;
@@ -221,7 +243,9 @@ static void test_full_acquisition(const char* dir) {
   o.progress_user = &seen;
   o.progress_every_ms = 50;
   int64_t t0 = now_ms();
-  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_TIMED_OUT);
+  const int timed = offload_lock_acquire_ex(&o, &h, message, sizeof message);
+  CHECK(timed == OFFLOAD_LOCK_TIMED_OUT);
+  if (timed != OFFLOAD_LOCK_TIMED_OUT) fprintf(stderr, "acquire said %d: %s\n", timed, message);
   CHECK(now_ms() - t0 >= 140);
   CHECK(strstr(message, "timed out: ") == message);
   CHECK(strstr(message, "held by render-video (pid ") != NULL);
@@ -261,6 +285,24 @@ static void test_full_acquisition(const char* dir) {
     CHECK(h2 && offload_lock_gpu(h2) == 1);
     if (h2) offload_lock_release(h2);
     o.gpu = -1;
+  }
+  /* Allowed slots: of three, slot 0 held, only 0 and 2 allowed: slot 2,
+     never slot 1; a slot outside the count is refused. */
+  {
+    const int allowed[2] = {2, 0};
+    o.gpus = 3;
+    o.allowed_gpus = allowed;
+    o.allowed_gpu_count = 2;
+    offload_lock_handle* h3 = NULL;
+    CHECK(offload_lock_acquire_ex(&o, &h3, message, sizeof message) == OFFLOAD_LOCK_OK);
+    CHECK(h3 && offload_lock_gpu(h3) == 2);
+    if (h3) offload_lock_release(h3);
+    const int outside[1] = {3};
+    o.allowed_gpus = outside;
+    o.allowed_gpu_count = 1;
+    CHECK(offload_lock_acquire_ex(&o, &h3, message, sizeof message) == OFFLOAD_LOCK_INVALID);
+    o.allowed_gpus = NULL;
+    o.allowed_gpu_count = 0;
   }
   o.gpus = 1;
 
@@ -540,15 +582,48 @@ static void test_queue(const char* dir) {
   old.size = offsetof(offload_lock_options, lost_user);
   CHECK(offload_lock_acquire_ex(&old, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID);
 
+  /* max_hold_ms: 0 by default, negative refused, not read from a smaller
+     size; once it passes, offload_lock_max_hold_passed() says so. */
+  CHECK(o.max_hold_ms == 0);
+  o.priority = 0;
+  o.expect_ms = 0;
+  o.max_hold_ms = -1;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID);
+  CHECK(strstr(message, "max_hold_ms") != NULL);
+  old.size = offsetof(offload_lock_options, max_hold_ms);
+  old.priority = 0;
+  old.expect_ms = 0;
+  old.max_hold_ms = -1;
+  h = NULL;
+  CHECK(offload_lock_acquire_ex(&old, &h, message, sizeof message) == OFFLOAD_LOCK_OK);
+  if (h) CHECK(offload_lock_release(h) == OFFLOAD_LOCK_OK);
+  o.max_hold_ms = 50;
+  h = NULL;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_OK);
+  if (h) {
+    int passed = 0;
+    for (int k = 0; k < 1000 && !passed; ++k) {
+      passed = offload_lock_max_hold_passed(h);
+      if (!passed) usleep(10000);
+    }
+    CHECK(passed);
+    CHECK(offload_lock_release(h) == OFFLOAD_LOCK_OK);
+  }
+  CHECK(!offload_lock_max_hold_passed(NULL));
+  o.max_hold_ms = 0;
+
   /* A holder in another process that declared 60 s and can yield; two
      waiters in two more: A (priority 0, 10 s) queues first, B (priority 10,
      20 s) second, and is served first. */
   participant yielder = start_participant(path, "holder", 0, 60000, 1, -1, 1);
   CHECK(yielder.pid > 0 && read_line(yielder.out_r, line, sizeof line, 10000) && strcmp(line, "acquired") == 0);
+  if (strcmp(line, "acquired") != 0) fprintf(stderr, "the holder said: %s\n", line);
   memset(&q, 0, sizeof q);
   q.size = sizeof q;
   CHECK(offload_lock_inspect_queue(path, 0, &ie, &q) == OFFLOAD_LOCK_OK);
   CHECK(ie.held && ie.pid == (int64_t)yielder.pid);
+  if (!ie.held || ie.pid != (int64_t)yielder.pid)
+    fprintf(stderr, "held %d pid %lld (the holder is %lld)\n", ie.held, (long long)ie.pid, (long long)yielder.pid);
   CHECK(q.priority == 0 && q.expect_ms == 60000 && q.free_in_ms > 0 && q.free_in_ms <= 60000);
   CHECK(q.can_yield && !q.has_yield_request);
 

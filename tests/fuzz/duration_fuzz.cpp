@@ -1,5 +1,5 @@
 // libFuzzer target: any bytes as a DUR (--wait, --ttl, --poll), read by
-// cli::parse_duration (src/cli/args.hpp) and shown by describe_duration.
+// offload_lock::parse_duration (include/offload_lock/describe.hpp) and shown by describe_duration.
 // Checks, besides the sanitizers' own findings:
 // - parse_duration never throws;
 // - only "forever" means forever; anything else accepted lies between 0 and
@@ -24,7 +24,7 @@
 #include "cli/args.hpp"
 #include "offload_lock/lock.hpp"
 
-using offload_lock::cli::parse_duration;
+using offload_lock::parse_duration;
 using std::chrono::milliseconds;
 
 namespace {

@@ -2,7 +2,7 @@
 // Checks, besides the sanitizers' own findings:
 // - parse_meta never throws, whatever the bytes;
 // - bytes that do not parse give nothing at all: Node's view is null (stale,
-//   PROTOCOL A3), Go's decode fails (free, A5), no key is read;
+//   doc/protocol.md A3), Go's decode fails (free, A5), no key is read;
 // - a JSON object is truthy for Node, and only an object yields keys;
 // - what offload-lock would write back from the keys it read (serialize) starts
 //   with Node's two keys byte for byte (B2) and reads back identically for

@@ -331,7 +331,11 @@ TEST_CASE("a failing system call at any step of acquire or release leaves nothin
         auto next = ol::lock::acquire(d.lock(), ol::milliseconds(0));
         REQUIRE(next);
         CHECK_FALSE(next->release());
-        CHECK(beside(d).empty());
+        const auto left = beside(d);
+        std::string names;
+        for (const auto& n : left) names += " " + n;
+        INFO("left beside the lock:" << names);
+        CHECK(left.empty());
         if (!faulted) break;
         REQUIRE(nth < 64);
       }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -108,7 +109,19 @@ TEST_CASE("a lock directory without meta is left alone for the grace, then recla
     CHECK(r.error() == ol::errc::busy);
     CHECK(fs::is_directory(d.lock()));
   }
-  SECTION("older than the grace: reclaimed") {
+  SECTION("empty and already older than the grace when first seen: a directory someone made, refused") {
+    // A claim in progress is seen young; an empty directory that was old
+    // before anyone looked is no claim (doc/protocol.md B3): never removed.
+    set_mtime(d.lock(), now_ms() - 10'000);
+    auto r = ol::lock::acquire(d.lock(), 0ms);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == std::errc::file_exists);
+    CHECK_THAT(r.error().message(), Catch::Contains("empty directory") && Catch::Contains("gpu.lock/gpu.lock"));
+    CHECK(fs::is_directory(d.lock()));
+  }
+  SECTION("older than the grace, holding the temporary meta of a crashed mkdir-fallback claim: reclaimed") {
+    write_file(fs::path(d.lock()) / ".meta.json.0123456789ab", "{\"pid\":1");
+    set_mtime(fs::path(d.lock()) / ".meta.json.0123456789ab", now_ms() - 10'000);
     set_mtime(d.lock(), now_ms() - 10'000);
     auto r = ol::lock::acquire(d.lock(), 0ms);
     REQUIRE(r);
@@ -260,6 +273,8 @@ TEST_CASE("the heartbeat keeps a live holder fresh past its TTL (B7) and notices
 }
 
 TEST_CASE("a stale lock that cannot be removed is a clear error, not a hang", "[multiprocess]") {
+  if (running_as_root())
+    if (auto why = temp_closed_to(65534)) OLT_NOT_RUN(*why);
   temp_dir d;
   make_lock(d.lock(), "{\"pid\":" + std::to_string(dead_pid()) + ",\"startedAt\":1}");
   // root ignores directory modes: as root, contend as an unprivileged user.
@@ -461,3 +476,31 @@ TEST_CASE("the names of 0.1 still work", "[multiprocess]") {
   CHECK(held->release() == ol::errc::lost);
 }
 #pragma GCC diagnostic pop
+
+TEST_CASE("a child forked after a release keeps every descriptor it was given", "[multiprocess][fork]") {
+  // The released lock's descriptors are closed, and the next ones made (a
+  // pipe, here) get their numbers: the fork guard must not null them in
+  // the child as if they were still the lock's proof of life.
+  temp_dir d;
+  for (int round = 0; round < 5; ++round) {
+    {
+      auto l = offload_lock::lock::acquire(d.lock(), offload_lock::milliseconds(0));
+      REQUIRE(l);
+    }
+    int p[2];
+    REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+    const pid_t kid = ::fork();
+    if (kid == 0) {
+      const char c = 'x';
+      _exit(::write(p[1], &c, 1) == 1 ? 0 : 1);
+    }
+    ::close(p[1]);
+    char got = 0;
+    CHECK(::read(p[0], &got, 1) == 1);
+    CHECK(got == 'x');
+    ::close(p[0]);
+    int st = -1;
+    ::waitpid(kid, &st, 0);
+    CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  }
+}

@@ -142,6 +142,13 @@ TEST_CASE("a stopped head is passed over, and served once it resumes", "[multipr
   cli_holder holder(d);
   auto ws = queue_up(d, log, 4);
   ws[0]->kill(SIGSTOP);
+  // Stopped for real before the release looks at it (SIGSTOP is delivered
+  // asynchronously; one that lands after the handoff stops a holder).
+  REQUIRE(eventually([&] {
+    const std::string st = read_file("/proc/" + std::to_string(ws[0]->pid()) + "/stat");
+    const auto close = st.rfind(')');
+    return close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'T';
+  }));
   const auto began = std::chrono::steady_clock::now();
   holder.release();
   // w2 after the grace, then w3 and w4 at once: each holder's meta.json
@@ -177,8 +184,7 @@ TEST_CASE("a single try is busy while the lock is held, queue or not", "[multipr
 
 TEST_CASE("entries nobody keeps write-locked are not waiters", "[multiprocess][queue]") {
   temp_dir d;
-  const fs::path reg = d.path / ".gpu.lock.waiters";
-  fs::create_directory(reg);
+  const fs::path reg = queue_dir(d);
   // Entries naming this live process, as anyone could plant them: not
   // write-locked, so they are nobody's place in the queue.
   for (int k = 0; k < 50; ++k) {
@@ -402,6 +408,37 @@ TEST_CASE("the library's on_yield_request is called once and yield_requested() s
   CHECK_FALSE(p->yield_requested());
   CHECK_FALSE(p->release());
   CHECK(w3->wait(30s) == std::optional<int>(0));
+}
+
+TEST_CASE("a holder that can yield notices a waiter above it however its arrival falls", "[multiprocess][queue][yield]") {
+  // A waiter's arrival is three changes in its user's directory (its wake
+  // FIFO, its entry under a temporary name, the rename): the first makes
+  // the holder look, and the rename may land while it looks. The watches
+  // are armed before each look, so that rename is an event still, and the
+  // holder is asked every time, not in most rounds. Each round the
+  // registry's directories are made anew too (the last waiter removes them),
+  // and each is watched before it is looked in.
+  temp_dir d;
+  const std::string order = (d.path / "order").string();
+  write_file(order, "");
+  std::atomic<int> asked{0};
+  offload_lock::lock_options o;
+  o.path = d.lock();
+  o.priority = -10;
+  o.on_yield_request = [&](const offload_lock::yield_request&) { ++asked; };
+  int missed = 0;
+  const int rounds = 30;
+  for (int round = 0; round < rounds; ++round) {
+    asked = 0;
+    auto l = offload_lock::lock::acquire(o);
+    REQUIRE(l);
+    auto high = queued_run(d, "high", order);
+    if (!eventually([&] { return asked.load() == 1; }, 10s)) ++missed;
+    CHECK_FALSE(l->release());
+    CHECK(high->wait(30s) == std::optional<int>(0));
+    if (missed) break;  // one is enough to say so
+  }
+  CHECK(missed == 0);
 }
 
 TEST_CASE("status --watch --json prints one status object per change, line by line", "[multiprocess][queue][cli][status]") {

@@ -15,7 +15,7 @@
 namespace ol = offload_lock;
 using namespace olt;
 
-TEST_CASE("gpus = 3: threads take distinct slots; a fourth waits for whichever frees first", "[multiprocess][gpus]") {
+TEST_CASE("gpus = 3: threads take distinct slots, and a fourth waits for whichever frees first", "[multiprocess][gpus]") {
   temp_dir d;
   ol::lock_options o;
   o.path = d.lock();
@@ -106,7 +106,7 @@ TEST_CASE("waiters() lists a waiting acquisition with its label and slot until i
   t.join();
   CHECK(got == 2);
   CHECK(ol::waiters(d.lock()).empty());
-  CHECK_FALSE(fs::exists(d.path / ".gpu.lock.waiters"));
+  CHECK_FALSE(fs::exists(d.path / ".gpu.lock.queue"));
 }
 
 TEST_CASE("on_progress reports the holder at once, then the time passing", "[multiprocess]") {
@@ -156,7 +156,18 @@ TEST_CASE("GPU options out of range are bad input", "[unit][gpus]") {
   o.gpus = ol::max_gpus + 1;
   CHECK(ol::lock::acquire(o).error() == ol::errc::bad_input);
   o.gpus = 3;
-  o.gpu = 3;
+  o.gpu = ol::max_gpus;
+  CHECK(ol::lock::acquire(o).error() == ol::errc::bad_input);
+  o.gpu = 1;
+  o.allowed_gpus = {0};  // a restriction only means something among several
   CHECK(ol::lock::acquire(o).error() == ol::errc::bad_input);
   CHECK_FALSE(fs::exists(d.lock()));
+  // gpu K names slot K alone, whatever gpus says (`--gpu 3` beyond the
+  // count a discovery found): neither the command nor the C API adjusts it.
+  o.allowed_gpus.clear();
+  o.gpu = 3;
+  auto l = ol::lock::acquire(o);
+  REQUIRE(l);
+  CHECK(l->gpu() == 3);
+  CHECK(fs::exists(ol::gpu_slot_path(d.lock(), 3)));
 }

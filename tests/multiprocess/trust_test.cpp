@@ -63,8 +63,8 @@ long long time_ms(F f) {
 // should not get, prints what it got, then keeps them until stdin ends.
 int child_fork_hold(const std::string& path);
 // plant REGISTRY PID|self COUNT PRIORITY: as another user, makes COUNT queue
-// entries naming PID in the registry directory REGISTRY (made 01777 if
-// missing), each write-locked from this process as a live waiter keeps its
+// entries naming PID in its own directory (u<uid>) of the registry REGISTRY
+// (the top `.<name>.queue`, made 01777 if missing), each write-locked from this process as a live waiter keeps its
 // own, prints "planted", then keeps them until stdin ends.
 int child_plant(int argc, char** argv);
 
@@ -94,11 +94,13 @@ int child_trust(int argc, char** argv) {
 
 int child_plant(int argc, char** argv) {
   if (argc < 5) return 2;
-  const std::string dir = argv[1];
+  const std::string top = argv[1];
   const std::string pid = std::string(argv[2]) == "self" ? std::to_string(::getpid()) : argv[2];
   const int count = std::atoi(argv[3]);
   const std::string priority = argv[4];
-  if (::mkdir(dir.c_str(), 01777) == 0) ::chmod(dir.c_str(), 01777);
+  if (::mkdir(top.c_str(), 01777) == 0) ::chmod(top.c_str(), 01777);
+  const std::string dir = top + "/u" + std::to_string(::geteuid());
+  if (::mkdir(dir.c_str(), 0755) == 0) ::chmod(dir.c_str(), 0755);
   std::vector<int> fds;
   for (int k = 0; k < count; ++k) {
     char id[16];
@@ -142,10 +144,8 @@ int child_fork_hold(const std::string& path) {
 
 TEST_CASE("another user's locks neither keep a dead holder's lock alive nor delay its reclaim past a second",
           "[multiprocess][trust]") {
-  if (other_uid() < 0) {
-    WARN("needs root to make and act as another user; not run");
-    return;
-  }
+  if (other_uid() < 0) OLT_NOT_RUN("needs root to make and act as another user");
+  if (auto why = temp_closed_to(other_uid())) OLT_NOT_RUN(*why);
   temp_dir d;
   ::chmod(d.str().c_str(), 01777);  // a shared, sticky /tmp
   child holder(self_exe(), {"--child", "hold", d.lock(), "-1"});
@@ -177,10 +177,8 @@ TEST_CASE("another user's locks neither keep a dead holder's lock alive nor dela
 }
 
 TEST_CASE("another user's read lock on meta.json is no proof of life", "[multiprocess][trust]") {
-  if (other_uid() < 0) {
-    WARN("needs root to make and act as another user; not run");
-    return;
-  }
+  if (other_uid() < 0) OLT_NOT_RUN("needs root to make and act as another user");
+  if (auto why = temp_closed_to(other_uid())) OLT_NOT_RUN(*why);
   temp_dir d;
   ::chmod(d.str().c_str(), 01777);
   // A holder of another pid namespace (its pid means nothing here) whose
@@ -251,8 +249,8 @@ TEST_CASE("text from meta.json and the waiter registry is escaped at every outpu
                           ",\"label\":\"a\\u001b]0;pwned\\u0007b\\rc\\u0000d\\u202ee\\\\nf\",\"host\":\"h\xff\xfe\"}");
   // A waiter's entry, as anyone who can write the lock's parent could plant
   // it: a real newline that fakes a status line, an OSC 52 clipboard write.
-  fs::create_directory(d.path / ".gpu.lock.waiters");
-  write_file(d.path / ".gpu.lock.waiters" / (std::to_string(::getpid()) + "-0123456789ab.json"),
+  const fs::path mine = queue_dir(d);
+  write_file(mine / (std::to_string(::getpid()) + "-0123456789ab.json"),
              "{\"pid\":" + std::to_string(::getpid()) +
                  ",\"label\":\"w\\nheld by root (pid 1)\\u001b]52;c;ZXZpbA==\\u0007\\u2066x\",\"since\":" +
                  std::to_string(now_ms()) + "}");
@@ -260,11 +258,11 @@ TEST_CASE("text from meta.json and the waiter registry is escaped at every outpu
   // entry itself is the waiter's: another user's file naming this process
   // would not count at all).
   if (other_uid() >= 0)
-    REQUIRE(::chown((d.path / ".gpu.lock.waiters").c_str(), static_cast<uid_t>(other_uid()),
+    REQUIRE(::chown(queue_top(d).c_str(), static_cast<uid_t>(other_uid()),
                     static_cast<gid_t>(other_uid())) == 0);
   // Held open with the write lock that proves a waiter alive, as a live
   // waiter keeps its entry.
-  const int entry_fd = ::open((d.path / ".gpu.lock.waiters" / (std::to_string(::getpid()) + "-0123456789ab.json")).c_str(),
+  const int entry_fd = ::open((mine / (std::to_string(::getpid()) + "-0123456789ab.json")).c_str(),
                               O_RDWR | O_CLOEXEC);
   REQUIRE(entry_fd >= 0);
   struct flock fl {};
@@ -327,12 +325,18 @@ TEST_CASE("a directory a person made is never taken for a lock, nor removed", "[
   struct stat st {};
   REQUIRE(::stat(dir.c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 02770);
-  // A sticky directory likewise; an interrupted claim (a plain empty
-  // directory, its runner gone) is still reclaimed after the grace.
+  // A sticky directory likewise; so is a plain empty directory first seen
+  // older than the grace (made by hand, doc/protocol.md B12). An
+  // interrupted claim is seen young by whoever waits for it, and is
+  // reclaimed after the grace.
   ::chmod(dir.c_str(), 01777);
   CHECK(run_cli({"--lock", dir.string(), "run", "--wait", "3", "--", "true"}).code == 4);
   ::chmod(dir.c_str(), 0755);
-  CHECK(run_cli({"--lock", dir.string(), "run", "--wait", "5", "--", "true"}).code == 0);
+  CHECK(run_cli({"--lock", dir.string(), "run", "--wait", "3", "--", "true"}).code == 4);
+  CHECK(fs::is_directory(dir));
+  ::rmdir(dir.c_str());
+  fs::create_directory(dir);  // as a runner's mkdir leaves it, just now
+  CHECK(run_cli({"--lock", dir.string(), "run", "--wait", "20", "--", "true"}).code == 0);
   CHECK_FALSE(fs::exists(dir));
 }
 
@@ -357,10 +361,7 @@ TEST_CASE("status shows when v1 participants would judge a live holder stale", "
 
 TEST_CASE("a holder in another pid namespace: judged by its proof of life, its death noticed at once",
           "[multiprocess][trust][namespaces]") {
-  if (!running_as_root()) {
-    WARN("needs root for unshare --pid; not run");
-    return;
-  }
+  if (!running_as_root()) OLT_NOT_RUN("needs root for unshare --pid");
   for (bool own_proc : {false, true}) {
     INFO((own_proc ? "with its own /proc" : "with the parent's /proc"));
     temp_dir d;
@@ -389,13 +390,11 @@ TEST_CASE("a holder in another pid namespace: judged by its proof of life, its d
 }
 
 TEST_CASE("queue entries another user plants count for nothing, or for one grace at most", "[multiprocess][trust][queue]") {
-  if (other_uid() < 0) {
-    WARN("needs root and useradd: not run");
-    return;
-  }
+  if (other_uid() < 0) OLT_NOT_RUN("needs root to make and act as another user");
+  if (auto why = temp_closed_to(other_uid())) OLT_NOT_RUN(*why);
   temp_dir d;
   ::chmod(d.path.c_str(), 01777);  // like /tmp: anyone may make the registry
-  const std::string registry = (d.path / ".gpu.lock.waiters").string(), log = (d.path / "log").string();
+  const std::string registry = (d.path / ".gpu.lock.queue").string(), log = (d.path / "log").string();
   write_file(log, "");
   ::chmod(log.c_str(), 0666);
   child holder(cli_exe(), with_lock(d, {"run", "--", "sh", "-c", "echo held; read x"}));
@@ -431,7 +430,9 @@ TEST_CASE("queue entries another user plants count for nothing, or for one grace
   CHECK(held.find("\"label\":\"w0\"") < held.find("\"label\":\"w1\""));
   CHECK(held.find("\"label\":\"w1\"") < held.find("\"label\":\"w2\""));
   // Each passed the planter over, and said so for those behind it.
-  const std::string passed = "\"passedOver\":[" + std::to_string(planter->pid()) + "]";
+  // passedOver names entries: "<user's directory>/<entry>".
+  const std::string passed =
+      "\"passedOver\":[\"u" + std::to_string(other_uid()) + "/" + std::to_string(planter->pid()) + "-";
   CHECK(std::count(held.begin(), held.end(), '[') >= 2);
   CHECK_THAT(held, Catch::Contains(passed));
   planter->close_stdin();

@@ -4,6 +4,7 @@
 
 #include "cli/args.hpp"
 
+using namespace offload_lock;
 using namespace offload_lock::cli;
 using std::chrono::milliseconds;
 

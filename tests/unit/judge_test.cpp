@@ -2,6 +2,8 @@
 // runners' isStale() (A3, quirks included) and the Go readers' Inspect()
 // (A5), each from the same snapshot and the same (fake) kernel answers.
 #include <catch2/catch.hpp>
+#include <cerrno>
+#include <climits>
 #include <map>
 
 #include "judge.hpp"
@@ -27,6 +29,7 @@ process_view fake_view() {
       {200, {sys::liveness::dead, 0, 0}},
       {300, {sys::liveness::zombie, kNow - kHour, 6000}},
       {500, {sys::liveness::alive, kNow - 1000, 9999}},
+      {600, {sys::liveness::unknown, 0, 0}},
   };
   process_view pv;
   pv.probe = [](std::int64_t pid) {
@@ -103,9 +106,10 @@ TEST_CASE("staleness: offload-lock, Node and Go, row by row", "[unit][judge]") {
       // A live offload-lock process keeps its OFD write lock: held whatever the clock says.
       {"live offload-lock process past the TTL", snap(node_meta("100"), 2 * kHour, 10'000, true), false, "live",
        true, false, 0},
-      // ... but not after the recorded holder's death, whatever its forked
-      // children (which share the locked descriptor) still do: as v1 judges it.
-      {"dead pid although the write lock is still held", snap(node_meta("200"), 1000, 10'000, true), true, "dead",
+      // The proof of life outranks the recorded pid: no forked child keeps
+      // the lock (guard_from_fork), so a held one is its holder's (or its
+      // keeper's, which releases at once when the recorded pid dies).
+      {"dead pid although the write lock is still held", snap(node_meta("200"), 1000, 10'000, true), false, "live",
        true, false, 0},
       // ... while a zombie is the CMD of a `run` about to release and reap it.
       {"zombie pid with the write lock held", snap(node_meta("300"), 1000, 10'000, true), false, "live", false, true,
@@ -144,7 +148,7 @@ TEST_CASE("staleness: offload-lock, Node and Go, row by row", "[unit][judge]") {
   for (const auto& r : rows) {
     SECTION(r.name) {
       verdict v = judge(r.s, kNow, kTtl, kGrace, pv);
-      CHECK(v.stale == r.ours_stale);
+      CHECK(v.stale() == r.ours_stale);
       CHECK_THAT(v.reason, Catch::Contains(r.reason_has));
       CHECK(node_is_stale(r.s, kNow, kTtl, pv) == r.node_stale);
       go_view g = go_inspect(r.s, kNow, kTtl, pv);
@@ -188,30 +192,116 @@ TEST_CASE("an mtime in the future: held, until the observer has watched it uncha
   SECTION("a v1 holder's meta.json dated a day ahead") {
     snapshot s = snap(node_meta("100"), -24 * kHour);
     verdict v = judge(s, kNow, kTtl, kGrace, pv);
-    CHECK_FALSE(v.stale);
+    CHECK_FALSE(v.stale());
     CHECK_FALSE(node_is_stale(s, kNow, kTtl, pv));  // what Node concludes, for a day
     s.unchanged_for_ms = kTtl - 10;
     v = judge(s, kNow, kTtl, kGrace, pv);
-    CHECK_FALSE(v.stale);
+    CHECK_FALSE(v.stale());
     CHECK(v.changes_at_ms == kNow + 11);  // re-judged when the watched time passes the TTL
     s.unchanged_for_ms = kTtl + 1;
     v = judge(s, kNow, kTtl, kGrace, pv);
-    CHECK(v.stale);
+    CHECK(v.stale());
     CHECK_THAT(v.reason, Catch::Contains("not refreshed"));
   }
   SECTION("a directory without meta.json dated a day ahead") {
     snapshot s = snap(std::nullopt, 0, -24 * kHour);
-    CHECK_FALSE(judge(s, kNow, kTtl, kGrace, pv).stale);
+    CHECK_FALSE(judge(s, kNow, kTtl, kGrace, pv).stale());
     s.unchanged_for_ms = kGrace - 100;
     verdict v = judge(s, kNow, kTtl, kGrace, pv);
-    CHECK_FALSE(v.stale);
+    CHECK_FALSE(v.stale());
     CHECK(v.changes_at_ms == kNow + 100);
     s.unchanged_for_ms = kGrace;
-    CHECK(judge(s, kNow, kTtl, kGrace, pv).stale);
+    CHECK(judge(s, kNow, kTtl, kGrace, pv).stale());
   }
   SECTION("a live offload-lock process's lock is held whatever the time watched") {
     snapshot s = snap(node_meta("100"), -24 * kHour, 10'000, true);
     s.unchanged_for_ms = 10 * kTtl;
-    CHECK_FALSE(judge(s, kNow, kTtl, kGrace, pv).stale);
+    CHECK_FALSE(judge(s, kNow, kTtl, kGrace, pv).stale());
   }
+}
+
+TEST_CASE("unknown is not dead: a failed look never reclaims", "[unit][judge]") {
+  const process_view pv = fake_view();
+  SECTION("meta.json that cannot be read (EACCES, EMFILE, EIO) is unknown, not missing") {
+    for (int err : {EACCES, EMFILE, ENFILE, ENOMEM, EIO}) {
+      snapshot s = snap(std::nullopt, 0, 10 * kHour);
+      s.look_errno = err;
+      s.look_failed = "reading meta.json";
+      verdict v = judge(s, kNow, kTtl, kGrace, pv);
+      CHECK(v.unknown());
+      CHECK_FALSE(v.free());
+      CHECK(v.error == err);
+      CHECK_THAT(v.reason, Catch::Contains("reading meta.json"));
+    }
+  }
+  SECTION("a probe of the proof of life that failed is unknown") {
+    snapshot s = snap(node_meta("200"), 2 * kHour);
+    s.proof_unknown = true;
+    CHECK(judge(s, kNow, kTtl, kGrace, pv).unknown());
+  }
+  SECTION("kill() failing otherwise than ESRCH or EPERM is unknown") {
+    CHECK(judge(snap(node_meta("600"), 1000), kNow, kTtl, kGrace, pv).unknown());
+  }
+}
+
+TEST_CASE("the proof of life outranks every other sign", "[unit][judge][trust]") {
+  const process_view pv = fake_view();
+  auto held = [&](const std::string& meta) {
+    return judge(snap(meta, 1000, 10'000, true), kNow, kTtl, kGrace, pv).state == judgment::held;
+  };
+  // A time namespace shifts the start ticks /proc reports; a sandbox shows
+  // another boot id; hidepid hides the process; none of it is evidence of
+  // death while the write lock is held.
+  CHECK(held("{\"pid\":100,\"startedAt\":1,\"bootId\":\"boot-A\",\"procTicks\":123456}"));
+  CHECK(held("{\"pid\":100,\"startedAt\":1,\"bootId\":\"boot-B\"}"));
+  CHECK(held("{\"pid\":500,\"startedAt\":" + std::to_string(kNow - 3 * kHour) + "}"));
+  CHECK(held(node_meta("300")));  // a zombie CMD of `run`, about to be reaped after the release
+  // Without the proof, the same signs free it.
+  CHECK(judge(snap("{\"pid\":100,\"startedAt\":1,\"bootId\":\"boot-A\",\"procTicks\":123456}", 1000), kNow, kTtl,
+              kGrace, pv)
+            .stale());
+}
+
+TEST_CASE("a directory without meta.json: a claim in progress, or a directory someone made", "[unit][judge]") {
+  const process_view pv = fake_view();
+  SECTION("empty, and already older than the grace when first seen: not a lock") {
+    snapshot s = snap(std::nullopt, 0, 60'000);
+    s.listed_empty = true;
+    s.first_seen_age_ms = 60'000;
+    verdict v = judge(s, kNow, kTtl, kGrace, pv);
+    CHECK(v.not_a_lock());
+    CHECK_THAT(v.reason, Catch::Contains("empty directory"));
+  }
+  SECTION("empty, first seen young (a crashed mkdir seen as it happened): reclaimed after the grace") {
+    snapshot s = snap(std::nullopt, 0, 60'000);
+    s.listed_empty = true;
+    s.first_seen_age_ms = 100;
+    CHECK(judge(s, kNow, kTtl, kGrace, pv).stale());
+    s.dir_mtime_ms = kNow - 500;
+    s.first_seen_age_ms = 500;
+    CHECK(judge(s, kNow, kTtl, kGrace, pv).state == judgment::held);
+  }
+  SECTION("holding a file that is no part of a lock: not a lock") {
+    snapshot s = snap(std::nullopt, 0, 500);
+    s.foreign_entry = "notes.txt";
+    verdict v = judge(s, kNow, kTtl, kGrace, pv);
+    CHECK(v.not_a_lock());
+    CHECK_THAT(v.reason, Catch::Contains("notes.txt"));
+  }
+}
+
+TEST_CASE("times from a file never overflow the judgment", "[unit][judge]") {
+  const process_view pv = fake_view();
+  for (std::int64_t t : {INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1}) {
+    snapshot s = snap("{\"pid\":100,\"startedAt\":" + std::to_string(t) + ",\"procStart\":" + std::to_string(t) + "}", 0);
+    s.meta_mtime_ms = t;
+    s.dir_mtime_ms = t;
+    verdict v = judge(s, kNow, kTtl, kGrace, pv);
+    INFO(t);
+    // An mtime far in the past is past the TTL; far in the future, not yet.
+    CHECK(v.stale() == (t < 0));
+  }
+  CHECK(sat_sub(INT64_MIN, 1) == INT64_MIN);
+  CHECK(sat_sub(INT64_MAX, -1) == INT64_MAX);
+  CHECK(sat_add(INT64_MAX, 1) == INT64_MAX);
 }

@@ -1,7 +1,7 @@
 // The one table of outcomes (src/cli/exit_codes.hpp) against every other
 // place that numbers the same outcomes: the C API's header and behaviour,
 // offload_lock::errc, compat/node's exitCodes, compat/go's gpulock-inspect
-// and README.md's exit-code table. Each test case fails when its side drifts.
+// and doc/command.md's exit-code table. Each test case fails when its side drifts.
 #include <unistd.h>
 
 #include <boost/process.hpp>
@@ -231,13 +231,13 @@ TEST_CASE("outcomes: the table against compat/go's gpulock-inspect", "[unit]") {
   CHECK(seen.size() == meaning.size());
 }
 
-TEST_CASE("outcomes: the table against README.md", "[unit]") {
-  std::stringstream text(read_file(source_dir / "README.md"));
+TEST_CASE("outcomes: the table against doc/command.md", "[unit]") {
+  std::stringstream text(read_file(source_dir / "doc" / "command.md"));
   bool in_section = false;
   std::map<int, std::string> rows;
   const std::regex row(R"(^\| ([0-9]+) \| (.*) \|$)");
   for (std::string line; std::getline(text, line);) {
-    if (line.rfind("### ", 0) == 0) in_section = line == "### Exit codes";
+    if (line.rfind("## ", 0) == 0) in_section = line == "## Exit codes";
     std::smatch m;
     if (in_section && std::regex_match(line, m, row)) CHECK(rows.emplace(std::stoi(m[1]), m[2]).second);
   }

@@ -1,4 +1,4 @@
-// PROTOCOL A1: the lock path, as Node resolves it, and when Go disagrees.
+// doc/protocol.md A1: the lock path, as Node resolves it, and when Go disagrees.
 #include <catch2/catch.hpp>
 #include <map>
 
@@ -16,7 +16,7 @@ ol::env_lookup env_of(std::map<std::string, std::string> vars) {
 }
 }  // namespace
 
-TEST_CASE("path rules of PROTOCOL A1, with the Go reader's view", "[unit][path]") {
+TEST_CASE("path rules of A1, with the Go reader's view", "[unit][path]") {
   struct row {
     const char* name;
     std::string override_path;

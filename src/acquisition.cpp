@@ -1,0 +1,452 @@
+// One acquisition (acquisition.hpp): the one loop.
+#include "acquisition.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+
+#include "claim.hpp"
+#include "offload_lock/slots.hpp"
+#include "os/clock.hpp"
+#include "os/process.hpp"
+#include "os/test_hooks.hpp"
+#include "reclaim.hpp"
+
+namespace offload_lock::detail {
+
+namespace {
+
+// The leftovers of processes that died mid-step (staging, moved-aside and
+// staged directories) are looked for once per lock per process, and again
+// whenever a wait begins: a listing of the lock's parent (a busy /tmp, say)
+// is not on every acquisition's path.
+std::mutex cleaned_mu;
+std::set<std::string>& cleaned() {
+  static std::set<std::string> done;
+  return done;
+}
+
+// fork() copies only the calling thread: the mutex is taken around it, so
+// a child never starts with it copied locked by another thread's acquisition.
+struct fork_guard {
+  fork_guard() noexcept { sys::on_fork([] { cleaned_mu.lock(); }, [] { cleaned_mu.unlock(); }, [] { cleaned_mu.unlock(); }); }
+};
+#if !defined(__SANITIZE_THREAD__)
+// (Not under ThreadSanitizer, whose own fork handling can deadlock against
+// mutexes taken in fork handlers.)
+const fork_guard installed_fork_guard;
+#endif
+
+void clean_leftovers_once(const target& t) {
+  std::string key = t.path;
+  if (auto st = sys::stat_fd(t.parent.get(), t.path))
+    key += "@" + std::to_string(st->id.dev) + ":" + std::to_string(st->id.ino);  // a directory made again is new
+  {
+    std::lock_guard<std::mutex> g(cleaned_mu);
+    if (!cleaned().insert(key).second) return;
+  }
+  clean_leftovers(t);
+}
+
+std::int64_t refresh_period(std::int64_t ttl) { return std::clamp<std::int64_t>(ttl / 4, 100, 60'000); }
+
+}  // namespace
+
+acquisition::acquisition(const plan& p)
+    : p_(p),
+      pv_(process_view::real()),
+      token_(p.record.token.empty() ? new_token() : p.record.token),
+      place_(p),
+      report_(p.report) {}
+
+acquisition::~acquisition() {
+  // Every way out has withdrawn already; this covers an exception.
+  for (auto& s : slots_) {
+    if (s.staged) (void)s.staged->withdraw(s.t);
+    if (s.gate && s.gate_owned) s.gate->leave();
+  }
+}
+
+void acquisition::use_gates(std::vector<std::shared_ptr<local_gate>> gates) { gates_ = std::move(gates); }
+
+meta_record acquisition::record_for(const slot& s) {
+  meta_record rec = p_.record;
+  rec.token = token_;
+  rec.started_at = sys::now_ms();
+  rec.gpu = p_.slotted ? s.k : -1;
+  return rec;
+}
+
+void acquisition::read_queue() {
+  place_.refresh();
+  queue_read_ = true;
+}
+
+result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, claim* c, const std::string* written) {
+  if (staged && place_.joined()) {
+    // Handed over past those still ahead in line (a stopped head, say):
+    // they were passed over, and the record says so as for any pass-over.
+    read_queue();
+    for (const auto& e : place_.view(s.k).ahead) place_.pass_over(e);
+  }
+  meta_record rec = record_for(s);
+  rec.passed_over = place_.passed_still_queued();
+  std::string bytes = written ? *written : serialize(rec);
+  auto held = std::make_shared<held_state>();
+  if (staged) {
+    // Swapped in by the releasing holder, or renamed in by this waiter: the
+    // record now says when it was taken.
+    if (s.staged->rewrite_meta(bytes)) bytes = s.staged->meta_bytes();
+    w_.unwatch(s.staged_watch);
+    s.staged_watch = -1;
+    held->dir = s.staged->take_dir();
+    held->meta_fd = s.staged->take_meta();
+    held->id = s.staged->id();
+    s.staged.reset();
+  } else {
+    held->dir = std::move(c->dir);
+    held->meta_fd = std::move(c->meta);
+    held->id = c->id;
+    sys::guard_from_fork(held->meta_fd.get());
+  }
+  held->owner_pid = sys::self_pid();
+  held->token = token_;
+  held->meta = bytes;
+  held->pid = rec.pid;
+  held->ttl = p_.judge.ttl_ms;
+  held->on_lost = p_.hold.on_lost;
+  held->base = p_.base;
+  held->slot = s.k;
+  held->passed = place_.passed();
+  held->max_hold_ms = p_.hold.max_hold_ms;
+  held->taken_at = sys::monotonic_ms();
+  if (p_.hold.on_yield) {
+    held->on_yield = p_.hold.on_yield;
+    held->priority = rec.priority;
+  }
+  held->t = std::move(s.t);
+  s.gate_owned = false;  // the gate of the slot taken stays this thread's
+  // Out of the queue before anyone is told (its followers move up).
+  place_.leave();
+  for (auto& other : slots_)
+    if (other.staged) (void)other.staged->withdraw(other.t);
+  if (p_.hold.heartbeat) start_heartbeat(held);
+  return held;
+}
+
+void acquisition::stage(slot& s) {
+  if (s.staged || !place_.me()) return;
+  meta_record rec = record_for(s);
+  s.staged = staged_lock::make(s.t, place_.me()->stem(), serialize(rec));
+  if (!s.staged) return;
+  s.staged_watch = w_.watch_lock(s.staged->path(), false);
+  s.staged_touch_at = sys::monotonic_ms() + refresh_period(p_.judge.ttl_ms);
+}
+
+void acquisition::arm(slot& s, const detailed& d, round& r, bool active) {
+  if (!active) {
+    s.armed.disarm(w_);
+    return;
+  }
+  auto a = s.armed.arm(w_, s.t, d.o.snap, d.v, queue_poll_ms);
+  if (!a) {
+    r.changed = true;
+    return;
+  }
+  r.timeout = sooner(r.timeout, *a);
+}
+
+result<std::shared_ptr<held_state>> acquisition::withdraw_all() {
+  for (auto& s : slots_)
+    if (s.staged && s.staged->withdraw(s.t)) return take(s, true, nullptr);
+  return std::shared_ptr<held_state>();
+}
+
+result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool active) {
+  auto d = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen);
+  if (!d) {
+    // Not even a stat of the lock path: unknown, looked at again.
+    r.unknown = d.error();
+    r.timeout = sooner(r.timeout, unknown_backoff_);
+    return std::shared_ptr<held_state>();
+  }
+  d->o.dir.reset();  // an open directory holds back IN_DELETE_SELF
+  // Handed over: the releasing holder swapped the staged lock in.
+  if (s.staged && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
+  const snapshot& snap = d->o.snap;
+  const verdict& v = d->v;
+  if (snap.present && !snap.is_dir) return not_a_lock_directory(s.t.path, snap);
+  if (v.not_a_lock()) return not_a_lock_error(s.t.path, v);
+  s.last = d->i;
+  const std::uint32_t my_uid = place_.me() ? place_.me()->uid : sys::effective_uid();
+
+  if (!v.free()) {
+    s.clock.held();
+    if (v.unknown()) {
+      r.unknown = error(std::error_code(v.error ? v.error : EIO, std::system_category()),
+                        s.t.path + ": " + v.reason);
+      r.timeout = sooner(r.timeout, unknown_backoff_);
+    }
+    // Whom the holder passed over are passed over here too; a waiter that
+    // finds itself among them queues again, at the back of its priority
+    // (passed over is not out).
+    if (place_.joined() && snap.meta_exists && !snap.meta.passed_over.empty() &&
+        place_.learn_passed(snap.meta.passed_over)) {
+      auto h = withdraw_all();
+      if (!h || *h) return h;
+      place_.rejoin();
+      r.changed = true;
+      return std::shared_ptr<held_state>();
+    }
+    r.holders.push_back(d->i);
+    arm(s, *d, r, active);
+    return std::shared_ptr<held_state>();
+  }
+
+  // Free (absent) or stale: this waiter's only when nobody is ahead for it.
+  if (!queue_read_) read_queue();
+  const queue_view view = place_.view(s.k);
+  if (!view.ahead.empty()) {
+    const queue_entry& front = view.ahead.front();
+    // A stopped process cannot claim: no grace for it.
+    const std::int64_t left =
+        sys::stopped(front.rec.pid).value_or(false) ? 0 : s.clock.available(view.ahead, my_uid);
+    if (left == 0) {
+      place_.pass_over(front);
+      // Another user's budget for this free period is spent: all of its
+      // entries at the front go at once.
+      if (front.uid != my_uid)
+        for (std::size_t i = 1; i < view.ahead.size() && view.ahead[i].uid != my_uid; ++i)
+          place_.pass_over(view.ahead[i]);
+      r.changed = true;
+      return std::shared_ptr<held_state>();
+    }
+    r.grace_left = sooner(r.grace_left, left);
+    r.holders.push_back(d->i);
+    if (snap.present) arm(s, *d, r, active);
+    return std::shared_ptr<held_state>();
+  }
+  s.clock.held();
+
+  if (v.stale()) {
+    const bool waited_out = s.contended_since >= 0 && s.contended_id == snap.id &&
+                            sys::monotonic_ms() - s.contended_since >= contended_giveup_ms;
+    // The directory again (closed after the look, for the watch): the
+    // reclaim serializes on its flock and judges it again under it.
+    auto again = sys::open_dir(s.t.parent.get(), s.t.name, true, s.t.path);
+    const result<sys::stat_info> again_st =
+        again ? sys::stat_fd(again->get(), s.t.path) : result<sys::stat_info>(again.error());
+    if (!again_st || again_st->id != snap.id) {
+      if (!again_st && again_st.error().code() != std::errc::no_such_file_or_directory) {
+        r.unknown = again_st.error();
+        r.timeout = sooner(r.timeout, unknown_backoff_);
+        return std::shared_ptr<held_state>();
+      }
+      r.changed = true;  // replaced or gone since the look
+      return std::shared_ptr<held_state>();
+    }
+    d->o.dir = std::move(*again);
+    auto rem = reclaim(s.t, d->o, d->v, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, !waited_out);
+    if (!rem) return rem.error();
+    if (*rem != removal::contended) {
+      s.contended_since = -1;
+      r.changed = true;
+      return std::shared_ptr<held_state>();
+    }
+    if (s.contended_since < 0 || s.contended_id != snap.id) {
+      s.contended_id = snap.id;
+      s.contended_since = sys::monotonic_ms();
+    }
+    // Another reclaimer is at work: its rename wakes us, this timer bounds it.
+    r.timeout = sooner(r.timeout, contended_recheck_ms);
+    info i = d->i;
+    i.stale_reason = i.stale = std::string("being reclaimed by another process");
+    r.holders.push_back(i);
+    return std::shared_ptr<held_state>();
+  }
+
+  // Absent: claim it, unless another thread of this process is about to.
+  if (s.gate && !s.gate_owned) {
+    const auto e = s.gate->enter(p_.entry.priority, deadline::in_ms(0), {});
+    if (e != local_gate::entered::owner) {
+      if (e == local_gate::entered::nested) {
+        std::lock_guard<std::mutex> g(s.gate->mu);
+        --s.gate->depth;
+      }
+      r.timeout = sooner(r.timeout, queue_poll_ms);
+      return std::shared_ptr<held_state>();
+    }
+    s.gate_owned = true;
+  }
+  if (s.staged) {
+    auto c = s.staged->claim(s.t);
+    if (c && *c) return take(s, true, nullptr);
+    if (c) {
+      r.changed = true;
+      return std::shared_ptr<held_state>();
+    }
+    // The staged lock cannot be renamed in (RENAME_NOREPLACE refused, say):
+    // out of the handoff, and claimed the plain way.
+    w_.unwatch(s.staged_watch);
+    s.staged_watch = -1;
+    if (s.staged->withdraw(s.t)) return take(s, true, nullptr);
+    s.staged.reset();
+  }
+  // The record as the claim writes it is the one the holder keeps
+  // (lock::meta_json() is what meta.json says, byte for byte).
+  meta_record claimed = record_for(s);
+  claimed.passed_over = place_.passed_still_queued();
+  const std::string bytes = serialize(claimed);
+  auto c = try_claim(s.t, bytes);
+  if (c && c->taken) return take(s, false, &*c, &bytes);
+  if (!c) {
+    // The claim failed (out of space or descriptors, say). While someone
+    // else took the lock meanwhile, that is no reason to stop waiting;
+    // on a free lock it is the answer, naming the file.
+    auto again = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen);
+    if (!again || !again->o.snap.present || again->v.free()) return c.error();
+    r.unknown = c.error();
+  }
+  r.changed = true;
+  return std::shared_ptr<held_state>();
+}
+
+result<std::shared_ptr<held_state>> acquisition::run() {
+  for (std::size_t i = 0; i < p_.slots.size(); ++i) {
+    const int k = p_.slots[i];
+    auto t = open_target(gpu_slot_path(p_.base, k));
+    if (!t) return t.error();
+    slot s;
+    s.k = k;
+    s.t = std::move(*t);
+    if (i < gates_.size()) s.gate = gates_[i];
+    slots_.push_back(std::move(s));
+  }
+  for (const auto& s : slots_) clean_leftovers_once(s.t);
+
+  // Every way out: a staged lock swapped in at the last moment is this
+  // waiter's after all (a success for a timeout, released for a cancel).
+  auto finish = [&](error e) -> result<std::shared_ptr<held_state>> {
+    auto h = withdraw_all();
+    if (h && *h) {
+      if (e != errc::cancelled) return h;
+      (void)(*h)->release();
+    }
+    return e;
+  };
+  const bool trying = p_.until.trying();
+  for (;;) {
+    round r;
+    queue_read_ = false;
+    const bool queueing = p_.entry.queue && !join_failed_;
+    bool active = !queueing || (!place_.joined() && !trying);
+    std::optional<queue_view> primary;
+    if (place_.joined()) {
+      read_queue();
+      int own = -1;
+      active = false;
+      for (const auto& s : slots_) {
+        queue_view v = place_.view(s.k);
+        own = own < 0 ? v.own_ahead : std::min(own, v.own_ahead);
+        if (v.active()) active = true;
+        if (!primary) primary = std::move(v);
+      }
+      // Moved up among the active ones: those following this waiter may
+      // now be active too.
+      if (active && last_own_ahead_ >= 0 && own < last_own_ahead_) place_.wake_followers();
+      last_own_ahead_ = own;
+    }
+    // Not queued yet: look without watching (the queue decides the role).
+    const bool watching = active && (place_.joined() || !queueing);
+    for (auto& s : slots_) {
+      auto res = step(s, r, watching);
+      if (!res) return finish(res.error());
+      if (*res) return res;
+    }
+    if (r.changed) {
+      churn_.round_without_wait();
+      continue;
+    }
+    if (!r.unknown) unknown_backoff_ = unknown_retry_ms;
+    if (trying && r.grace_left < 0) return finish(r.unknown ? *r.unknown : error(errc::busy, p_.base));
+    if (!trying && p_.until.expired()) return finish(r.unknown ? *r.unknown : error(errc::timed_out, p_.base));
+    // Starting to wait: into the queue, and look again from there.
+    if (!trying && queueing && !place_.joined()) {
+      place_.join();
+      if (place_.joined())
+        for (const auto& s : slots_) clean_leftovers(s.t);
+      else
+        join_failed_ = true;
+      continue;
+    }
+
+    std::int64_t timeout = sooner(r.timeout, r.grace_left);
+    if (place_.joined()) {
+      if (active) {
+        if (p_.one_slot) {
+          slot& s = slots_.front();
+          stage(s);
+          if (s.staged) {
+            const std::int64_t now = sys::monotonic_ms();
+            if (now >= s.staged_touch_at) {
+              s.staged->touch();
+              s.staged_touch_at = now + refresh_period(p_.judge.ttl_ms);
+            }
+            timeout = sooner(timeout, s.staged_touch_at - now);
+            // No watch on it (no inotify instance left): look for the swap often.
+            if (s.staged_watch < 0) timeout = sooner(timeout, queue_poll_ms);
+          }
+        }
+        w_.unwatch(pred_watch_);
+        pred_watch_ = -1;
+        pred_pid_ = 0;
+      } else {
+        // Far back: no lock watch and no staged lock; asleep on the exit of
+        // this user's waiter just ahead and on the wake channel.
+        for (auto& s : slots_)
+          if (s.staged) {
+            w_.unwatch(s.staged_watch);
+            s.staged_watch = -1;
+            if (s.staged->withdraw(s.t)) return take(s, true, nullptr);
+            s.staged.reset();
+          }
+        bool followed = true;
+        if (primary && primary->own_pred) {
+          const queue_entry& pred = *primary->own_pred;
+          followed = place_.follow(pred);
+          if (pred.rec.pid != pred_pid_) {
+            w_.unwatch(pred_watch_);
+            pred_pid_ = pred.rec.pid;
+            pred_watch_ = w_.watch_pid(pred_pid_);
+          }
+        }
+        // Not followed (the one ahead left as this waiter announced itself):
+        // nobody will wake it, so it looks again soon.
+        timeout = sooner(timeout, !followed ? queue_poll_ms : pred_watch_ >= 0 ? safety_recheck_ms : fallback_poll_ms);
+      }
+      if (wake_watch_ < 0) wake_watch_ = w_.watch_readable(place_.wake_fd());
+    } else if (!watching) {
+      // A single try waiting out the grace of those ahead.
+      timeout = sooner(timeout, queue_poll_ms);
+    }
+    if (!trying) {
+      const int position = place_.joined() && p_.one_slot && primary ? static_cast<int>(primary->ahead.size()) + 1 : 0;
+      report_.waiting(r.holders, position);
+      timeout = p_.until.clamp(timeout);
+    }
+    std::vector<int> fired;
+    const auto why = report_.wait_ticking(timeout, [&](std::int64_t ms) { return w_.wait(ms, p_.cancel_fds, &fired); });
+    if (why == sys::watcher::wake::extra_fd) return finish(error(errc::cancelled, p_.base));
+    for (auto& s : slots_) s.armed.woken(fired);
+    if (std::find(fired.begin(), fired.end(), pred_watch_) != fired.end()) {
+      w_.unwatch(pred_watch_);
+      pred_watch_ = -1;
+      pred_pid_ = 0;
+    }
+    place_.read_wake();
+    if (!r.unknown) churn_.waited();
+    else unknown_backoff_ = std::min<std::int64_t>(unknown_backoff_ * 2, fallback_poll_ms);
+  }
+}
+
+}  // namespace offload_lock::detail

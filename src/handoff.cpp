@@ -1,0 +1,225 @@
+// The handoff without a gap (handoff.hpp).
+#include "handoff.hpp"
+
+#include "meta.hpp"
+#include "os/clock.hpp"
+#include "os/process.hpp"
+#include "os/programs.hpp"
+#include "os/test_hooks.hpp"
+#include "queue.hpp"
+#include "reclaim.hpp"
+#include "registry.hpp"
+
+namespace offload_lock::detail {
+
+std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::string& stem, const std::string& meta) {
+  std::unique_ptr<staged_lock> s(new staged_lock());
+  s->name_ = next_prefix(t) + stem;
+  std::string parent, name;
+  sys::split_path(t.path, parent, name);
+  s->path_ = parent + "/" + s->name_;
+  s->shown_ = "staged lock " + s->path_;
+  s->lock_name_ = t.name;
+  s->lock_path_ = t.path;
+  auto pd = sys::open_dir(sys::cwd, parent, false, s->shown_);
+  if (!pd) return nullptr;
+  s->parent_ = std::move(*pd);
+  if (sys::mkdir_at(t.parent.get(), s->name_, 0777, s->shown_)) {
+    s->taken_ = true;
+    return nullptr;
+  }
+  auto fail = [&]() -> std::unique_ptr<staged_lock> {
+    s->meta_.reset();
+    s->dir_.reset();
+    (void)remove_lock_dir_at(t.parent.get(), s->name_, s->shown_);
+    s->taken_ = true;  // nothing left to withdraw
+    return nullptr;
+  };
+  auto d = sys::open_dir(t.parent.get(), s->name_, true, s->shown_);
+  if (!d) return fail();
+  s->dir_ = std::move(*d);
+  auto st = sys::stat_fd(s->dir_.get(), s->shown_);
+  // Readable by everyone who shares the lock whatever this process's umask
+  // (0755 at least), as writable as the umask allows beyond that.
+  if (!st || sys::chmod_fd(s->dir_.get(), (st->mode & 0777) | 0755, s->shown_)) return fail();
+  auto m = sys::create_file_at(s->dir_.get(), meta_file_name, meta, 0644, s->shown_);
+  if (!m || sys::chmod_fd(m->get(), 0644, s->shown_) || sys::ofd_lock(m->get(), true)) return fail();
+  s->meta_ = std::move(*m);
+  sys::guard_from_fork(s->meta_.get());
+  s->id_ = st->id;
+  s->bytes_ = meta;
+  sys::crash_point("handoff.staged");
+  return s;
+}
+
+staged_lock::~staged_lock() {
+  if (taken_) return;
+  // The caller withdraws explicitly before it gives up; this is the last
+  // resort of a path that did not (an exception): a staged lock swapped in
+  // meanwhile is released plainly, never left to a holder that does not
+  // know it holds it.
+  try {
+    target t;
+    t.name = lock_name_;
+    t.path = lock_path_;
+    t.parent = std::move(parent_);
+    if (withdraw(t) && !taken_) {
+      sys::unguard_from_fork(meta_.get());
+      meta_.reset();
+      dir_.reset();
+      (void)remove_exact(t, id_, "cannot release " + lock_path_, "release");
+    }
+  } catch (...) {
+  }
+}
+
+bool staged_lock::at_lock_path(const target& t) const {
+  auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+  return st && st->id == id_;
+}
+
+result<bool> staged_lock::claim(const target& t) {
+  if (auto e = sys::rename_noreplace(t.parent.get(), name_, t.name, t.path)) {
+    if (e.code() == std::errc::file_exists || e.code() == std::errc::directory_not_empty) return false;
+    if (e.code() == std::errc::no_such_file_or_directory && at_lock_path(t)) return true;  // swapped in meanwhile
+    return e;
+  }
+  sys::crash_point("handoff.claimed");
+  return true;
+}
+
+bool staged_lock::withdraw(const target& t) {
+  if (taken_) return false;
+  auto gone = [&] {
+    taken_ = true;
+    sys::unguard_from_fork(meta_.get());
+    meta_.reset();
+    dir_.reset();
+  };
+  const std::string aside = aside_prefix(t) + unique_suffix();
+  // First out of reach of a swap: under a private name no releaser looks at.
+  if (sys::rename_at(t.parent.get(), name_, aside, shown_)) {
+    if (at_lock_path(t)) return true;
+    gone();
+    (void)remove_lock_dir_at(t.parent.get(), name_, shown_);
+    return false;
+  }
+  auto st = sys::stat_at(t.parent.get(), aside, shown_);
+  if (st && st->id == id_) {
+    gone();
+    (void)remove_lock_dir_at(t.parent.get(), aside, shown_);
+    return false;
+  }
+  // The swap came first: what was moved aside is the releaser's old
+  // directory, and the lock path holds this one. The releaser empties its
+  // old directory through its own descriptor; what is left is removed here
+  // (or, if it is not empty yet, by whoever cleans up after this process).
+  (void)remove_lock_dir_at(t.parent.get(), aside, shown_);
+  if (at_lock_path(t)) return true;
+  gone();
+  return false;
+}
+
+void staged_lock::touch() { (void)sys::touch_at(dir_.get(), meta_file_name, shown_); }
+
+error staged_lock::rewrite_meta(const std::string& meta) {
+  const std::string tmp = ".meta.json." + sys::random_hex(6);
+  auto m = sys::create_file_at(dir_.get(), tmp, meta, 0644, shown_);
+  error e = m ? sys::chmod_fd(m->get(), 0644, shown_) : m.error();
+  if (!e) e = sys::ofd_lock(m->get(), true);
+  if (!e) e = sys::rename_at(dir_.get(), tmp, meta_file_name, shown_);
+  if (e) {
+    (void)sys::unlink_at(dir_.get(), tmp, false, shown_);
+    return e;
+  }
+  sys::guard_from_fork(m->get());
+  sys::unguard_from_fork(meta_.get());
+  meta_ = std::move(*m);
+  bytes_ = meta;
+  return {};
+}
+
+sys::fd staged_lock::take_dir() {
+  taken_ = true;
+  return std::move(dir_);
+}
+
+sys::fd staged_lock::take_meta() {
+  taken_ = true;
+  return std::move(meta_);
+}
+
+namespace {
+
+// The first live waiter in line for `slot`, not passed over, not stopped.
+std::optional<queue_entry> next_in_line(const std::string& base, int slot, const std::set<std::string>& skip) {
+  registry_reader r(base);
+  for (auto& e : r.live()) {
+    if (!accepts(e.rec, slot) || skip.count(passed_name(e))) continue;
+    // A stopped waiter (SIGSTOP, a debugger) would hold the lock while it
+    // cannot use it: it keeps its place, and the next one is served.
+    if (sys::stopped(e.rec.pid).value_or(false)) continue;
+    return std::optional<queue_entry>(std::move(e));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_dir, int slot, const std::string& base,
+                          const std::set<std::string>& skip) {
+  auto next = next_in_line(base, slot, skip);
+  if (!next) return false;
+  const std::string name = next_prefix(t) + next->stem();
+  const std::string shown = "staged lock " + name + " beside " + t.path;
+  // Its staged lock, checked as its own: a directory and a meta.json of the
+  // entry's author, write-locked by it, naming its process.
+  auto sd = sys::open_dir(t.parent.get(), name, true, shown);
+  if (!sd) return false;
+  auto sst = sys::stat_fd(sd->get(), shown);
+  if (!sst || !sst->is_dir || sst->uid != next->uid) return false;
+  auto mf = sys::open_read(sd->get(), meta_file_name, shown);
+  if (!mf) return false;
+  auto mb = sys::read_fd(mf->get(), meta_cap, shown, true);
+  if (!mb || mb->st.uid != next->uid || !mb->write_locked() || mb->truncated) return false;
+  const parsed_meta m = parse_meta(mb->bytes);
+  if (!m.js_pid || m.token.empty()) return false;
+  // The waiter's process, or the command it will run (`run` names its CMD,
+  // started before the lock is taken and held back until then).
+  const auto named = static_cast<std::int64_t>(*m.js_pid);
+  if (named != next->rec.pid && sys::parent_of(named) != std::optional<std::int64_t>(next->rec.pid)) return false;
+
+  sys::crash_point("handoff.checked");
+  if (sys::rename_exchange(t.parent.get(), name, t.name, t.path)) return false;
+  sys::crash_point("handoff.exchanged");
+  // What the swap moved out must be this holder's directory; anything else
+  // (the lock was replaced since this holder last checked) goes back. Gone
+  // already: the waiter, withdrawing at that very moment, moved it aside and
+  // holds the lock (handoff.hpp, staged_lock::withdraw).
+  auto out = sys::stat_at(t.parent.get(), name, shown);
+  if (out && out->id != own_id) {
+    (void)sys::rename_exchange(t.parent.get(), name, t.name, t.path);
+    return error(errc::lost, t.path);
+  }
+  // From here on the lock is the waiter's, whatever happens to it next: it
+  // may take it (and replace its meta.json) at once, release it, or die
+  // holding it (then it is stale, as for any holder that dies). Never
+  // swapped back: the lock path may already hold someone else's lock.
+  //
+  // This holder's old directory, now under the staged name: emptied through
+  // its own descriptor (wherever a withdrawing waiter may move it), then
+  // removed by name when it is still there and still it.
+  (void)sys::unlink_at(own_dir, meta_file_name, false, t.path + " (handed over)");
+  // Empty now: an rmdir by name can only ever remove an empty directory, so
+  // it never takes a staged lock made there again meanwhile (never empty).
+  if (out) {
+    auto st = sys::stat_at(t.parent.get(), name, shown);
+    if (st && st->id == own_id) (void)sys::unlink_at(t.parent.get(), name, true, shown);
+  }
+  // Woken by its staged directory's move already; the wake channel too, for
+  // a waiter that could not watch it.
+  (void)send(base, next->dir, next->stem(), "w");
+  return true;
+}
+
+}  // namespace offload_lock::detail

@@ -1,0 +1,189 @@
+// The queue's registry: who waits for the lock, as files beside it.
+//
+// Beside the lock (slot 0's) a directory `.<name>.queue` holds one directory
+// per user, owned by that user and writable by no one else, and in it one
+// entry per waiting acquisition: `<pid>-<12 hex>.json`, written under a
+// temporary name, write-locked (OFD) by its waiter, then renamed in. So:
+// - an entry speaks only for its author, the owner of its file: no user can
+//   write, remove or rename another's entries (not even the maker of the
+//   registry directory, who could only move a whole user directory, which
+//   readers find by its owner, not its name);
+// - an entry counts exactly while it is write-locked (only its author can
+//   open it for writing, and no forked child keeps the lock), whatever its
+//   pid, host or pid namespace say;
+// - its arrival is the file's ctime, which the kernel sets at the rename
+//   into place and no call lets a user choose or move earlier (a time
+//   namespace shifts only the monotonic and boot clocks);
+// - beside it, `<pid>-<12 hex>.wake` is its wake channel: a FIFO that only
+//   its owner's processes may write one byte into (queue.hpp).
+// Another user's directory is read with a bound (the first names only), so
+// a flood of files costs a waiter a bounded amount, whatever its size.
+// Mutual exclusion never depends on any of this.
+#ifndef OFFLOAD_LOCK_SRC_REGISTRY_HPP
+#define OFFLOAD_LOCK_SRC_REGISTRY_HPP
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "offload_lock/waiters.hpp"
+#include "os/files.hpp"
+
+namespace offload_lock::detail {
+
+// The registry directory for the lock named `lock_name` (slot 0's name).
+std::string queue_dir_name(const std::string& lock_name);
+// The lock whose registry is the queue of `slot_path`, slot `slot` of it:
+// slot 0's path (the slot's path without its ".gpu<k>" suffix).
+std::string queue_base(const std::string& slot_path, int slot);
+
+// What an entry says of its waiter: its own words, trusted only as its
+// author's (see above).
+struct waiter_record {
+  std::int64_t pid = 0;
+  std::string label, host;
+  std::int64_t since = 0;        // when its wait began, epoch ms (for display)
+  int gpu = -1;
+  int gpus = 1;
+  int priority = 0;              // higher is served first
+  std::int64_t expect_ms = 0;    // the declared duration; 0: undeclared
+  // A wait among several slots restricted to some of them
+  // (CUDA_VISIBLE_DEVICES): those, at most max_listed_slots; empty: all.
+  std::vector<int> slots;
+};
+
+inline constexpr std::size_t max_listed_slots = 64;
+// The largest entry read; anything longer is not an entry. Labels are cut
+// to fit (max_entry_label) whatever characters they hold.
+inline constexpr std::size_t waiter_entry_cap = 4096;
+inline constexpr std::size_t max_entry_label = 512;
+
+// Serialized and read back; parse fails (false) on anything but an object
+// with a positive integer pid.
+std::string serialize_waiter(const waiter_record& r);
+bool parse_waiter(const std::string& bytes, waiter_record& out);
+
+// One live entry of the queue.
+struct queue_entry {
+  std::string dir;              // the author's directory in the registry
+  std::string name;             // "<pid>-<12 hex>.json"
+  std::uint32_t uid = 0;        // the author: the owner of the file and of its directory
+  std::int64_t arrival_ns = 0;  // the file's ctime: when it was renamed into place
+  waiter_record rec;
+  // "<pid>-<12 hex>": names the entry's wake channel and its staged lock.
+  std::string stem() const;
+};
+
+// Serving order: priority (highest first), then arrival (earliest first),
+// then author and name, so that every reader orders the same entries alike.
+bool served_before(const queue_entry& a, const queue_entry& b);
+
+// The slot an entry waits for: its gpu, slot 0 for a plain lock, -1 for a
+// wait among several slots (see accepts()).
+int queue_slot(const waiter_record& r);
+// Whether the entry's waiter would take slot `slot`: its own slot, or any
+// of the slots it waits among.
+bool accepts(const waiter_record& r, int slot);
+
+// One entry of this process, removed by the destructor (with its user
+// directory and the registry when they are left empty). Not thread-safe.
+class registration {
+ public:
+  // Registers `rec` in the registry of the lock at `base`. Best effort:
+  // nullptr when the registry cannot be written (permissions, a foreign file
+  // in the way); the acquisition then waits unqueued, as a v1 runner does.
+  static std::unique_ptr<registration> add(const std::string& base, const waiter_record& rec);
+  ~registration();
+  registration(const registration&) = delete;
+  registration& operator=(const registration&) = delete;
+
+  // This entry as every reader sees it (its arrival read back after the rename).
+  const queue_entry& entry() const { return me_; }
+  // The wake channel's read end: readable once another process of this
+  // user wrote into it. messages() reads what is there (one per line).
+  int wake_fd() const { return wake_.get(); }
+  std::vector<std::string> messages();
+  // Whether the entry is still where it was written (the registry's owner
+  // may have moved its directory; then the entry is found again by owner).
+  bool intact();
+  // Takes the entry and its wake channel's name out of the registry (the
+  // descriptors stay open, so what was written before can still be read).
+  // A waiter leaving calls this before it reads its channel a last time:
+  // a follower that announces itself later finds the entry gone
+  // (send()'s `confirm`) instead of waiting for a wake that never comes.
+  void withdraw();
+
+ private:
+  registration() = default;
+  sys::fd parent_, top_, dir_, entry_, wake_;
+  queue_entry me_;
+  std::string top_name_, shown_;
+  bool withdrawn_ = false;
+};
+
+// Writes one line into the wake channel of entry `to`, if it is this
+// process's user's (never blocking; false when it cannot be written). With
+// `confirm`: also false when the entry is gone once the line is written.
+bool send(const std::string& base, const std::string& to_dir, const std::string& to_stem, const std::string& line,
+          bool confirm = false);
+
+// Reads one lock's registry again and again, cheaply: an entry is stat'ed
+// and parsed once per inode; afterwards only its write lock is probed; names
+// seen dead are never opened again; a directory that has not changed since
+// it settled is not listed again. Not thread-safe.
+class registry_reader {
+ public:
+  explicit registry_reader(const std::string& base);
+  // The live entries, in serving order. With `before`, only those served
+  // before it: the others (whose order is fixed by their keys) are not
+  // probed at all, so the front of a long queue looks at a few entries.
+  std::vector<queue_entry> live(const queue_entry* before = nullptr);
+  // Whether the entry is still there (one stat).
+  bool present(const queue_entry& e);
+  // The registry directory, and the user directories last read: what a
+  // waiter or a holder watches for the queue's changes.
+  const std::string& top_path() const { return top_path_; }
+  std::vector<std::string> dir_paths() const;
+
+ private:
+  struct entry_info {
+    sys::file_id id;
+    std::int64_t ctime_ns = 0;
+    waiter_record rec;
+  };
+  struct user_dir {
+    std::uint32_t uid = 0;
+    sys::file_id id;
+    std::int64_t mtime = 0;
+    bool settled = false;
+    std::vector<std::string> names;            // entry names not yet seen dead
+    std::map<std::string, entry_info> parsed;  // by entry name
+    std::set<std::string> dead;
+  };
+  bool open_top();
+  void read_dir(const std::string& dir_name, std::uint32_t uid, const queue_entry* before,
+                std::vector<queue_entry>& out);
+  std::string base_, top_name_, top_path_;
+  sys::fd parent_, top_;
+  sys::file_id top_id_;
+  std::int64_t top_mtime_ = 0;
+  bool top_settled_ = false;
+  std::map<std::string, std::uint32_t> top_dirs_;  // user directory name -> its owner
+  std::set<std::string> top_junk_;
+  std::map<std::string, user_dir> dirs_;
+};
+
+// Removes this user's dead entries (not write-locked), their wake channels
+// and temporaries of dead processes from the registry of the lock at `base`.
+// Best effort.
+void sweep_registry(const std::string& base);
+
+// The live entries of the registry of the lock at `base`, as offload_lock::waiter.
+std::vector<waiter> read_waiters(const std::string& base, std::int64_t now_ms);
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_REGISTRY_HPP
