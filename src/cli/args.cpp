@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cctype>
 #include <csignal>
-#include <cmath>
 #include <cstdlib>
 #include <iterator>
 #include <map>
@@ -24,18 +23,6 @@ bool all_digits(const std::string& s) {
   return true;
 }
 
-// A plain decimal number: digits, at most one '.', at least one digit.
-std::optional<double> decimal(const std::string& s) {
-  int dots = 0, digits = 0;
-  for (char c : s) {
-    if (c == '.') ++dots;
-    else if (c >= '0' && c <= '9') ++digits;
-    else return std::nullopt;
-  }
-  if (dots > 1 || digits == 0 || digits > 18) return std::nullopt;
-  return std::strtod(s.c_str(), nullptr);
-}
-
 // A usage error is one line (exit 2 promises that), yet it quotes arguments,
 // which may hold any byte but NUL: show control characters as escapes.
 std::string one_line(const std::string& message) {
@@ -49,53 +36,6 @@ std::string one_line(const std::string& message) {
 }
 
 }  // namespace
-
-std::optional<int> parse_priority(const std::string& text) {
-  if (text == "batch") return -10;
-  if (text == "normal") return 0;
-  if (text == "interactive") return 10;
-  const bool negative = !text.empty() && text[0] == '-';
-  const std::string digits = negative ? text.substr(1) : text;
-  if (digits.empty() || digits.size() > 3 || !all_digits(digits)) return std::nullopt;
-  const int v = std::stoi(digits) * (negative ? -1 : 1);
-  if (v < -100 || v > 100) return std::nullopt;
-  return v;
-}
-
-std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
-  using ms = std::chrono::milliseconds;
-  if (text == "forever") return ms::max();
-  double total = 0;
-  if (auto v = decimal(text)) {
-    total = *v * 1000.0;  // a bare number is seconds
-  } else {
-    // Groups of a number and a unit, each unit smaller than the one before:
-    // 1h30m, 2m30s, 1d, 1m0.5s.
-    static const std::pair<const char*, double> units[] = {
-        {"d", 86'400'000.0}, {"h", 3'600'000.0}, {"m", 60'000.0}, {"s", 1000.0}, {"ms", 1.0}};
-    std::size_t at = 0, next_unit = 0;
-    if (text.empty()) return std::nullopt;
-    while (at < text.size()) {
-      const std::size_t num_end = text.find_first_not_of("0123456789.", at);
-      if (num_end == std::string::npos || num_end == at) return std::nullopt;
-      std::size_t unit_end = text.find_first_not_of("abcdefghijklmnopqrstuvwxyz", num_end);
-      if (unit_end == std::string::npos) unit_end = text.size();
-      const std::string unit = text.substr(num_end, unit_end - num_end);
-      std::size_t u = next_unit;
-      while (u < std::size(units) && unit != units[u].first) ++u;
-      if (u == std::size(units)) return std::nullopt;
-      auto v = decimal(text.substr(at, num_end - at));
-      if (!v) return std::nullopt;
-      total += *v * units[u].second;
-      next_unit = u + 1;
-      at = unit_end;
-    }
-  }
-  total = std::ceil(total);
-  // Ten years is far beyond any real wait; larger values are a typo.
-  if (!std::isfinite(total) || total > 315'360'000'000.0) return std::nullopt;
-  return ms(static_cast<long long>(total));
-}
 
 std::optional<int> parse_signal(const std::string& text) {
   static const std::pair<const char*, int> names[] = {
@@ -134,12 +74,16 @@ const std::map<std::string, std::vector<std::string>>& command_options() {
   static const std::map<std::string, std::vector<std::string>> t = {
       {"path", {"--explain"}},
       {"status", {"--watch", "--prometheus", "--gpus", "--gpu"}},
-      {"acquire", {"--wait", "--remind", "--pid", "--label", "--priority", "--expect", "--gpus", "--gpu"}},
+      {"acquire", {"--wait", "--remind", "--pid", "--label", "--priority", "--expect", "--max-hold", "--gpus", "--gpu"}},
       {"release", {"--pid", "--token", "--force", "--gpus", "--gpu"}},
-      {"run", {"--wait", "--remind", "--label", "--priority", "--expect", "--yield-signal", "--busy-exit", "--on-lost", "--gpus", "--gpu"}},
-      {"hold", {"--wait", "--remind", "--label", "--priority", "--expect", "--gpus", "--gpu"}},
+      {"run", {"--wait", "--remind", "--label", "--priority", "--expect", "--max-hold", "--max-hold-grace", "--yield-signal",
+               "--busy-exit", "--on-lost", "--gpus", "--gpu"}},
+      {"hold", {"--wait", "--remind", "--label", "--priority", "--expect", "--max-hold", "--gpus", "--gpu"}},
       {"wait-free", {"--wait", "--poll", "--within"}},
       {"doctor", {}},
+      {"history", {"--since", "--by", "--start"}},
+      {"top", {"--gpus", "--gpu"}},
+      {"serve", {"--listen", "--allow-remote", "--gpus", "--gpu"}},
       {"help", {}},
   };
   return t;
@@ -296,6 +240,14 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
       if (auto e = duration(a, out.expect)) return e;
       if (out.expect.count() <= 0 || out.expect == std::chrono::milliseconds::max())
         return std::string("--expect must be a finite duration longer than 0");
+    } else if (a == "--max-hold" && takes(a)) {
+      if (auto e = duration(a, out.max_hold)) return e;
+      if (out.max_hold.count() <= 0 || out.max_hold == std::chrono::milliseconds::max())
+        return std::string("--max-hold must be a finite duration longer than 0");
+    } else if (a == "--max-hold-grace" && takes(a)) {
+      if (auto e = duration(a, out.max_hold_grace)) return e;
+      if (out.max_hold_grace == std::chrono::milliseconds::max())
+        return std::string("--max-hold-grace must be a finite duration");
     } else if (a == "--gpus" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;
@@ -336,6 +288,22 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
       if (auto e = value(a, v)) return e;
       if (v != "warn" && v != "term") return "invalid value for --on-lost: '" + v + "' (warn or term)";
       out.on_lost_term = v == "term";
+    } else if (a == "--since" && takes(a)) {
+      std::chrono::milliseconds d{};
+      if (auto e = duration(a, d)) return e;
+      if (d == std::chrono::milliseconds::max()) out.since.reset();  // forever: all that is kept
+      else out.since = d;
+    } else if (a == "--by" && takes(a)) {
+      if (auto e = value(a, out.by)) return e;
+      if (out.by != "label" && out.by != "user" && out.by != "gpu")
+        return "invalid value for --by: '" + out.by + "' (label, user or gpu)";
+    } else if (a == "--start" && takes(a)) {
+      out.start_history = true;
+    } else if (a == "--listen" && takes(a)) {
+      if (auto e = value(a, out.listen)) return e;
+      if (out.listen.empty() || out.listen.size() > 300) return std::string("--listen needs ADDRESS:PORT");
+    } else if (a == "--allow-remote" && takes(a)) {
+      out.allow_remote = true;
     } else if (!a.empty() && a[0] == '-') {
       std::vector<std::string> known = global_options();
       if (auto it = command_options().find(cmd); it != command_options().end())

@@ -1,5 +1,5 @@
 // The offload-lock command line: grammar, values and help texts.
-// Durations and pids are parsed here too; nothing here does I/O.
+// Signals and pids are parsed here too; nothing here does I/O.
 #ifndef OFFLOAD_LOCK_SRC_CLI_ARGS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_ARGS_HPP
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/exit_codes.hpp"
+#include "offload_lock/describe.hpp"
 
 namespace offload_lock::cli {
 
@@ -32,6 +33,8 @@ struct args {
   bool force = false;                         // release
   std::string label;
   std::chrono::milliseconds expect{0};        // acquire / run / hold --expect; 0: undeclared
+  std::chrono::milliseconds max_hold{0};      // run / hold / acquire --max-hold; 0: none
+  std::chrono::milliseconds max_hold_grace = std::chrono::seconds(30);  // run --max-hold-grace
   int priority = 0;                           // acquire / run / hold --priority
   int busy_exit = exit_busy;                  // run
   int yield_signal = 0;                       // run --yield-signal; 0: CMD is not asked to yield
@@ -43,18 +46,17 @@ struct args {
   int gpu = -1;
   bool watch = false;                         // status --watch
   bool prometheus = false;                    // status --prometheus
+  bool start_history = false;                 // history --start
+  bool allow_remote = false;                  // serve --allow-remote
   std::chrono::milliseconds remind = std::chrono::minutes(1);  // waiting off a terminal
+  std::optional<std::chrono::milliseconds> since;  // history --since
+  std::string by;                             // history --by: label, user or gpu; empty: no grouping
+  std::string listen = "127.0.0.1:9479";      // serve --listen ADDR:PORT
 };
 
-// Parses a DUR: "0", seconds as a decimal number (fractions allowed), a
-// number with ms, s, m, h or d, a compound of those with each unit smaller
-// than the one before ("1h30m", "2m30s", "1d12h"), or "forever" (returned
-// as milliseconds::max()). nullopt for anything else (negative, empty,
-// junk, overflow, a unit repeated or out of order).
-std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
-// A --priority: an integer from -100 to 100, or batch (-10), normal (0),
-// interactive (10).
-std::optional<int> parse_priority(const std::string& text);
+// The values of DUR and --priority are parsed by the library's grammar
+// (offload_lock/describe.hpp: parse_duration, parse_priority), which every
+// binding shares.
 // A --yield-signal: a name (USR1, SIGUSR1, usr1, ...) or a number from 1 to
 // 64, neither KILL nor STOP.
 std::optional<int> parse_signal(const std::string& text);

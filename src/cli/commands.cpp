@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "cli/output.hpp"
 #include "cli/progress.hpp"
 #include "cli/status.hpp"
+#include "offload_lock/describe.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
 #include "posix/child.hpp"
@@ -24,25 +26,26 @@ namespace offload_lock::cli {
 
 namespace {
 
+// What a failed acquisition with options `o` says: for busy and timed out,
+// whom it lost to, as the library describes the lock.
+std::string failure_message(const error& e, const args& a, const lock_options& o, const std::string& path) {
+  if (e == errc::busy || e == errc::timed_out) {
+    const std::string how = e == errc::busy ? "busy: " : "timed out: ";
+    if (o.gpu < 0 && o.gpus > 1 && !o.allowed_gpus.empty())
+      return how + "the " + std::to_string(o.allowed_gpus.size()) + " GPU slots of " + path +
+             " that CUDA_VISIBLE_DEVICES allows are held";
+    if (o.gpu < 0 && o.gpus > 1) return how + "all " + std::to_string(o.gpus) + " GPU slots of " + path + " are held";
+    const std::string p = gpu_slot_path(path, o.gpu);
+    return how + p + " is " + status_line(inspect(p, a.ttl));
+  }
+  return e.message();
+}
+
 // Exit code and message for a failed acquisition with options `o`.
 int acquire_failed(const error& e, const args& a, const lock_options& o, const std::string& path, int busy_code) {
-  if (e == errc::busy || e == errc::timed_out) {
-    if (!a.quiet) {
-      const std::string how = e == errc::busy ? "busy: " : "timed out: ";
-      if (o.gpu < 0 && o.gpus > 1 && !o.allowed_gpus.empty()) {
-        say(how + "the " + std::to_string(o.allowed_gpus.size()) + " GPU slots of " + path +
-            " that CUDA_VISIBLE_DEVICES allows are held");
-      } else if (o.gpu < 0 && o.gpus > 1) {
-        say(how + "all " + std::to_string(o.gpus) + " GPU slots of " + path + " are held");
-      } else {
-        const std::string p = gpu_slot_path(path, o.gpu);
-        say(how + p + " is " + status_line(inspect(p, a.ttl)));
-      }
-    }
-    return busy_code;
-  }
-  say(e.message());
-  return exit_code_for(e);
+  const bool contention = e == errc::busy || e == errc::timed_out;
+  if (!contention || !a.quiet) say(failure_message(e, a, o, path));
+  return contention ? busy_code : exit_code_for(e);
 }
 
 // The options of an acquisition on the command line, its waiting line
@@ -55,10 +58,10 @@ lock_options options_for(const args& a, const gpu_plan& gpus, const std::string&
   o.label = a.label;
   o.priority = a.priority;
   o.expected = a.expect;
+  o.max_hold = a.max_hold;
   if (gpus.slotted) {
     o.gpus = gpus.count;
     o.gpu = gpus.gpu;
-    if (o.gpu >= o.gpus) o.gpus = 1;  // --gpu K alone (or beyond what auto found): slot K only
     // CUDA_VISIBLE_DEVICES allows one slot of the N: that one; some: those.
     if (o.gpu < 0 && gpus.allowed.size() == 1) {
       o.gpu = gpus.allowed.front();
@@ -79,9 +82,43 @@ ojson held_json(const args& a, const gpu_plan& gpus, const std::string& path, co
   return j;
 }
 
+// `acquire --json` when the lock was not taken: {"acquired":false,
+// "outcome":"busy"|"timed_out"|"cancelled"|"error","exitCode":N,
+// "message":"...","holder":{the --json object of the slot}|null}.
+ojson failure_json(const error& e, const args& a, const lock_options& o, const std::string& path) {
+  ojson j;
+  const bool contention = e == errc::busy || e == errc::timed_out;
+  j["acquired"] = false;
+  j["outcome"] = e == errc::busy ? "busy" : e == errc::timed_out ? "timed_out" : e == errc::cancelled ? "cancelled" : "error";
+  j["exitCode"] = contention ? exit_busy : exit_code_for(e);
+  j["message"] = failure_message(e, a, o, path);
+  const bool one_slot = !(o.gpu < 0 && o.gpus > 1);
+  j["holder"] = contention && one_slot ? to_json(inspect(gpu_slot_path(path, o.gpu), a.ttl)) : ojson();
+  return j;
+}
+
 std::string basename_of(const std::string& p) {
   auto s = p.rfind('/');
   return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// Waits for CMD to end within its maximum hold: at the maximum hold the
+// library has asked it to make way (its yield signal, when run has one);
+// after a grace SIGTERM, after another SIGKILL, to its process group when
+// it leads one. Returns CMD's status, or nullopt when it ran past the
+// maximum hold (then it has ended, and `how` says by what).
+std::optional<int> wait_within_max_hold(os::gated_child& child, const args& a, std::string& how) {
+  if (auto status = child.wait_forwarding_for(a.max_hold.count())) return status;
+  how = a.yield_signal > 0 ? "after " + os::signal_name(a.yield_signal) : "by itself";
+  const std::int64_t grace = a.max_hold_grace.count();
+  if (child.wait_forwarding_for(grace)) return std::nullopt;
+  how = "on SIGTERM";
+  os::terminate_group(child.pid());
+  if (child.wait_forwarding_for(grace)) return std::nullopt;
+  how = "by SIGKILL";
+  os::kill_group(child.pid());
+  (void)child.wait_forwarding();
+  return std::nullopt;
 }
 
 // A wait abandoned by a signal ends like being killed by it.
@@ -128,7 +165,12 @@ int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
   o.heartbeat = false;
   auto l = lock::acquire(o);
   end_waiting_line();
-  if (!l) return acquire_failed(l.error(), a, o, path, exit_busy);
+  if (!l) {
+    // --json: one object whatever the outcome, so a script always has
+    // something to parse.
+    if (a.json) std::cout << dump(failure_json(l.error(), a, o, path)) << std::endl;
+    return acquire_failed(l.error(), a, o, path, exit_busy);
+  }
   if (a.json) std::cout << dump(held_json(a, gpus, path, *l)) << std::endl;
   else if (gpus.slotted) std::cout << l->token() << " " << l->gpu() << std::endl;
   else std::cout << l->token() << std::endl;
@@ -140,8 +182,9 @@ int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
   // A detached keeper keeps the lock fresh while the holder lives and
   // releases it when the holder exits. A holder that exits at once (the
   // subshell of `tok=$(offload-lock acquire | tr -d ' ')`) is a mistake the
-  // caller does not see: the keeper says so on the caller's terminal.
-  const int terminal = a.quiet ? -1 : os::terminal_stderr_copy();
+  // caller does not see: the keeper says so on the caller's stderr, a
+  // terminal or a log file alike (cron, CI), unless that is a pipe.
+  const int terminal = a.quiet ? -1 : os::stderr_copy_unless_pipe();
   auto keeper = os::fork_detached();
   if (keeper && *keeper) {
     if (terminal >= 0) {
@@ -266,11 +309,17 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
   if (a.yield_signal > 0) {
     const int sig = a.yield_signal;
     const bool quiet = a.quiet;
-    // On the heartbeat thread, once per hold.
-    o.on_yield_request = [cmd_name, cmd_pid, sig, quiet](const yield_request& r) {
-      if (!quiet)
+    const int own = a.priority;
+    const std::string max_hold = describe_duration(a.max_hold);
+    // On the heartbeat thread, once per hold: for a waiter above, or at the
+    // maximum hold (a request for whoever waits, or none).
+    o.on_yield_request = [cmd_name, cmd_pid, sig, quiet, own, max_hold](const yield_request& r) {
+      const std::string asking = "asking " + cmd_name + " to make way with " + os::signal_name(sig);
+      if (!quiet && r.pid != 0 && r.priority > own)
         say(r.label + " (pid " + std::to_string(r.pid) + ", priority " + std::to_string(r.priority) +
-            ") waits with a higher priority; asking " + cmd_name + " to make way with " + os::signal_name(sig));
+            ") waits with a higher priority; " + asking);
+      else if (!quiet)
+        say("the maximum hold of " + max_hold + " has passed; " + asking);
       os::send_signal(cmd_pid, sig);
     };
   }
@@ -290,26 +339,50 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
     return acquire_failed(l.error(), a, o, path, a.busy_exit);
   }
   const std::string shown = held_path(path, *l);
+  // Still ours at the moment CMD starts: a claim removed meanwhile (a v1
+  // runner's reclaim of a lock it misjudged) is no reason to run unguarded.
+  if (!l->still_held()) {
+    child->abandon();
+    say("the lock " + shown + " was removed or replaced by someone else before " + cmd_name +
+        " could start; not starting it");
+    return exit_lost;
+  }
   if (auto e = child->start(l->gpu())) {
     (void)l->release();
     if (child->ended_before_start() >= 0) return child->ended_before_start();
     say("cannot run " + a.cmd[0] + ": " + e.code().message());
     return e.code() == std::errc::no_such_file_or_directory ? 127 : 126;
   }
-  int status = child->wait_forwarding();
+  std::string how;
+  std::optional<int> status = a.max_hold.count() > 0 ? wait_within_max_hold(*child, a, how) : child->wait_forwarding();
   // Released while CMD is still an unreaped zombie, so no participant ever
   // sees this lock with a dead holder pid (a v1 runner would reclaim it).
   error released = l->release();
   child->reap();
-  if (released == errc::lost && !a.quiet)
+  // A loss is said even under --quiet: the GPU was not reserved for all of CMD.
+  if (released == errc::lost)
     say("the lock " + shown + " had been removed or replaced by someone else before " + cmd_name + " ended");
-  return status;
+  if (status) return *status;
+  // Said even under --quiet, as the exit code is CMD's no longer.
+  say(cmd_name + " held " + shown + " past its maximum hold of " + describe_duration(a.max_hold) + "; it ended " +
+      how + " and the lock was released");
+  return exit_max_hold;
 }
 
 int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
   lock_options o = options_for(a, gpus, path);
-  o.on_lost = [](const error& e) {
-    say("WARNING: the lock " + e.context() + " was removed or replaced by someone else");
+  // The loss said for people, and with --json for programs (compat/node's
+  // onLost) as {"event":"lost","path":P,"message":M} on a line of its own.
+  o.on_lost = [json = a.json](const error& e) {
+    const std::string what = "the lock " + e.context() + " was removed or replaced by someone else";
+    say("WARNING: " + what);
+    if (json) {
+      ojson j;
+      j["event"] = "lost";
+      j["path"] = e.context();
+      j["message"] = what;
+      os::write_stderr(j.dump(-1, ' ', true, ojson::error_handler_t::replace) + "\n");
+    }
   };
   // Signals first (see cmd_run); and a hold whose requester is gone (its
   // stdin closed) gives up waiting instead of taking the lock for nobody.
@@ -323,22 +396,26 @@ int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
   }
   std::cout << "acquired " << dump(held_json(a, gpus, path, *l)) << std::endl;
   const std::string slot_path = held_path(path, *l);
-  (void)os::wait_for_eof_or_signal();
+  // Held until EOF or a signal, or until the maximum hold passes.
+  const bool past_max_hold = os::wait_for_eof_or_signal(a.max_hold.count() > 0 ? a.max_hold.count() : -1) < 0;
   error e = l->release();
   if (e == errc::lost) {
     // Removed or replaced during the hold, by whatever means (a v1 runner's
     // reclaim, release --force, a release by this hold's token from
     // elsewhere): the GPU was not reserved for the whole hold.
-    if (!a.quiet) {
-      info now = inspect(slot_path, a.ttl);
-      say(now.held ? "the lock " + slot_path + " had been taken over by " + who(now)
-                   : "the lock " + slot_path + " had been removed by someone else during the hold");
-    }
+    // Said even under --quiet: the hold did not reserve the GPU throughout.
+    info now = inspect(slot_path, a.ttl);
+    say(now.held ? "the lock " + slot_path + " had been taken over by " + who(now)
+                 : "the lock " + slot_path + " had been removed by someone else during the hold");
     return exit_lost;
   }
   if (e) {
     say(e.message());
     return exit_code_for(e);
+  }
+  if (past_max_hold) {
+    say("released " + slot_path + ": its maximum hold of " + describe_duration(a.max_hold) + " passed");
+    return exit_max_hold;
   }
   return exit_ok;
 }
@@ -347,9 +424,10 @@ int cmd_wait_free(const args& a, const std::string& path) {
   info i;
   // --within: a holder that declared it will stay longer than that is
   // answered at once rather than after --wait.
+  bool too_long = false;
   if (a.within) {
     i = inspect(path, a.ttl);
-    const bool too_long = i.held && i.expected_free_in && *i.expected_free_in > *a.within;
+    too_long = i.held && i.expected_free_in && *i.expected_free_in > *a.within;
     if (!too_long) i = wait_free(path, a.wait.value_or(wait_forever), a.poll, a.ttl);
   } else {
     i = wait_free(path, a.wait.value_or(wait_forever), a.poll, a.ttl);
@@ -358,7 +436,22 @@ int cmd_wait_free(const args& a, const std::string& path) {
     say(i.problem);
     return exit_system;
   }
-  if (a.json) std::cout << dump(to_json(i)) << "\n";
+  // Why it exits 1: the holder will stay longer than --within, or the wait
+  // ran out; a script tells the two apart by the message or by the JSON.
+  std::string why;
+  if (i.held && too_long)
+    why = "not free within " + describe_duration(*a.within) + ": " + path + " is " + status_line(i) +
+          " and expects to be free in ~" + describe_duration(*i.expected_free_in);
+  else if (i.held)
+    why = "timed out: " + path + " is " + status_line(i);
+  if (a.json) {
+    ojson j = to_json(i);
+    j["expectMs"] = i.held && i.expected.count() > 0 ? ojson(i.expected.count()) : ojson();
+    j["freeInMs"] = !i.held ? ojson(0) : i.expected_free_in ? ojson(i.expected_free_in->count()) : ojson();
+    j["tooLong"] = i.held && too_long;
+    std::cout << dump(j) << "\n";
+  }
+  if (!why.empty() && !a.quiet) say(why);
   return i.held ? exit_busy : exit_ok;
 }
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/nvidia.hpp"
+#include "offload_lock/gpus.hpp"
 #include "cli/output.hpp"
 #include "offload_lock/inspect.hpp"
 

@@ -8,7 +8,9 @@
 
 #include "cli/exit_codes.hpp"
 #include "cli/gpus.hpp"
+#include "cli/lease_view.hpp"
 #include "cli/output.hpp"
+#include "offload_lock/inspect.hpp"
 #include "offload_lock/path.hpp"
 #include "posix/os.hpp"
 #include "posix/probe.hpp"
@@ -46,17 +48,29 @@ bool can_write(const os::dir_facts& f) {
   return (f.mode & 0003) == 0003;
 }
 
-// The lock path itself: nothing, a lock, or something that is not one.
+// The lock path itself: nothing, a lock, or something that is not one. The
+// verdict is the library's (inspect(), the judgment every command acts on):
+// whatever it refuses to use as a lock, doctor warns about in its words.
+// Only what the library does not judge before a claim is looked at here: a
+// path that is not a directory, and a directory holding foreign files.
 check lock_path_check(const path_resolution& r) {
   check c{"lock", true, ""};
   const std::string via = r.rule == path_rule::gpu_lock_env ? "GPU_LOCK names " : "";
-  std::string err;
-  auto f = os::facts_of(r.path, err);
-  if (!f) {
+  const info i = inspect(r.path);
+  if (!i.problem.empty()) {
+    // Not a lock (a directory no participant makes), a missing parent, a
+    // parent that cannot be read: every command exits 4 on it.
+    c.ok = false;
+    c.detail = i.problem;
+    return c;
+  }
+  if (!i.present) {
     c.detail = via + r.path + ": nothing there now (free)";
     return c;
   }
-  if (!f->is_dir) {
+  std::string err;
+  auto f = os::facts_of(r.path, err);
+  if (f && !f->is_dir) {
     c.ok = false;
     c.detail = via + r.path + ", which is not a directory: no participant can take the lock there";
     return c;
@@ -68,8 +82,22 @@ check lock_path_check(const path_resolution& r) {
                  "'): it is waited for while its meta.json says held, and never removed";
       return c;
     }
-  c.detail = via + r.path + ": " + status_line(inspect(r.path));
+  c.detail = via + r.path + ": " + status_line(i);
   return c;
+}
+
+// The path every participant must resolve alike: a relative one means each
+// program's own working directory, so two programs started in different
+// directories take two different locks and never see each other.
+check path_check(const path_resolution& r) {
+  const std::string rule = to_string(r.rule);
+  if (!r.path.empty() && r.path.front() == '/')
+    return {"path", true, r.path + " (rule: " + rule + ", as the Node runners resolve it)"};
+  const std::string from = r.rule == path_rule::override_path ? "--lock" : rule;
+  return {"path", false,
+          r.path + " is a relative path (from " + from +
+              "): each program resolves it against its own working directory, so programs started elsewhere "
+              "take another lock; give an absolute path"};
 }
 
 // The parent directory: who owns it, its mode, and who may reclaim whose
@@ -118,7 +146,7 @@ std::vector<check> feature_checks(const std::string& parent) {
 int cmd_doctor(const args& a) {
   const path_resolution r = resolve_path(a.lock_path);
   std::vector<check> checks;
-  checks.push_back({"path", true, r.path + " (rule: " + to_string(r.rule) + ", as the Node runners resolve it)"});
+  checks.push_back(path_check(r));
   if (r.go_disagrees())
     checks.push_back({"go", false,
                       "Go readers resolve " + r.go_path +
@@ -139,6 +167,7 @@ int cmd_doctor(const args& a) {
                        : check{"proc", false,
                                "/proc is another pid namespace's: other holders' start times and zombie states "
                                "cannot be read, so reused pids are not recognized"});
+  for (auto& c : lease_checks(r.path)) checks.push_back({std::move(c.name), c.ok, std::move(c.detail)});
   const auto& gpus = machine_gpus();
   if (!gpus)
     checks.push_back({"nvidia-smi", false,

@@ -1,7 +1,7 @@
 // The one table of outcomes the command, the C API, Node and Go agree on.
 // Each row: an exit code of the offload-lock command, the offload_lock::errc
 // values and C API codes (offload_lock.h) of the same outcome, and what it
-// means. compat/node, compat/go and README.md carry the same numbers;
+// means. compat/node, compat/go and doc/command.md carry the same numbers;
 // tests/unit/outcomes_test.cpp fails when any of them drifts.
 #ifndef OFFLOAD_LOCK_SRC_CLI_EXIT_CODES_HPP
 #define OFFLOAD_LOCK_SRC_CLI_EXIT_CODES_HPP
@@ -27,7 +27,7 @@ struct outcome {
   // present, errcs[k] and c_api[k] are the same outcome.
   std::array<errc, 2> errcs;
   std::array<c_code, 2> c_api;
-  std::string_view meaning;  // the row of README.md's exit-code table
+  std::string_view meaning;  // the row of doc/command.md's exit-code table
 };
 
 // The C API numbers differ from the exit codes (C 3 is lost, exit 3 is not
@@ -74,6 +74,11 @@ static_assert(exit_ok >= 0 && exit_busy >= 0 && exit_usage >= 0 && exit_not_owne
 // A wait abandoned by signal N (errc::cancelled) ends like being killed by
 // it: 128 + N.
 inline constexpr int exit_signal_base = 128;
+
+// `run` and `hold` ended by their --max-hold: 124, as timeout(1) ends a
+// command that ran out of time. The command's own outcome, like 128+N: no
+// row above, since no library outcome, C code or binding shares it.
+inline constexpr int exit_max_hold = 124;
 
 // The C API's codes of outcomes that have no exit code of their own: a
 // cancelled wait (the command ends 128+N for the signal that cancelled it).

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
-#include "cli/nvidia.hpp"
+#include "offload_lock/gpus.hpp"
 
 namespace offload_lock::cli {
 
@@ -29,25 +29,12 @@ struct gpu_plan {
   std::vector<std::string> mig;
 };
 
-// The plan of `a`. With --gpus auto, counts the GPUs (`nvidia-smi -L`, else
-// the driver's /proc/driver/nvidia/gpus entries); with none, says so on
+// The plan of `a`. With --gpus auto, counts the GPUs (the library's
+// count_gpus()); with none, says so on
 // stderr and uses one slot. For acquire, run and hold, CUDA_VISIBLE_DEVICES
 // restricts the slots. A usage error (a --gpu K outside that list, a list
 // that allows none of the slots) is returned in `usage_error`.
 gpu_plan plan_gpus(const args& a, std::string& usage_error);
-
-// The machine's GPUs from `nvidia-smi -L`, asked once per process and
-// remembered; nullopt when nvidia-smi cannot be run or fails.
-const std::optional<std::vector<gpu_device>>& machine_gpus();
-
-// The GPUs with their memory, utilization and compute processes (the two
-// --query-… forms of nvidia-smi), asked now; nullopt when nvidia-smi
-// cannot be run or fails.
-std::optional<std::vector<gpu_device>> gpu_usage();
-
-// Slots that exist next to the lock at `path` (path.gpu<k>), and slot 0:
-// how many `status` shows when no --gpus or --gpu says.
-int discover_slots(const std::string& path);
 
 // What CMD of `run` is told about slot k's GPU: CUDA_VISIBLE_DEVICES naming
 // that physical GPU (its UUID; else its index with CUDA_DEVICE_ORDER=

@@ -1,7 +1,7 @@
 // The help texts of offload-lock: the overview and one text per command.
 // The overview's list of commands is made from each command's synopsis, so
 // the two cannot disagree; tests/cli/docs_test.sh holds the man page, the
-// completion and README.md to the same texts.
+// completion and doc/command.md to the same texts.
 #include <map>
 
 #include "cli/args.hpp"
@@ -38,13 +38,14 @@ const std::map<std::string, std::string>& helps() {
        "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
       {"acquire",
        "offload-lock acquire [-w|--wait DUR] [--remind DUR] [--pid PID] [-l|--label TEXT]\n"
-       "                     [--priority P] [--expect DUR] [--gpus N|auto | --gpu K]\n"
+       "                     [--priority P] [--expect DUR] [--max-hold DUR] [--gpus N|auto | --gpu K]\n"
        "  Take the lock on behalf of PID (default: the calling process's parent, so a script or\n"
        "  Node runner calling this command is the recorded holder) and print its token. The lock\n"
        "  stays held after this command exits; a background keeper refreshes it while PID lives\n"
        "  and releases it when PID exits. Exit 0 taken, 1 busy when --wait ends (default forever).\n"
        "  With --gpus or --gpu it prints the token and the slot taken: TOKEN K.\n"
-       "  --priority P, --expect DUR: as for run.\n"},
+       "  --priority P, --expect DUR: as for run. --max-hold DUR is recorded for status (\"max hold\n"
+       "  passed 3m ago\"); nothing ends the hold when it passes.\n"},
       {"release",
        "offload-lock release [--pid PID | --token TOKEN] [--force] [--gpus N|auto | --gpu K]\n"
        "  Remove the lock only if that holder holds it (default: --pid of the calling process's\n"
@@ -52,8 +53,8 @@ const std::map<std::string, std::string>& helps() {
        "  anyway and says whose it was. With --gpus N, the slot among 0..N-1 held by that holder.\n"},
       {"run",
        "offload-lock run [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--priority P] [--expect DUR]\n"
-       "                 [--yield-signal SIG] [--busy-exit N] [--on-lost warn|term] [--gpus N|auto | --gpu K]\n"
-       "                 -- CMD [ARG...]\n"
+       "                 [--max-hold DUR [--max-hold-grace DUR]] [--yield-signal SIG] [--busy-exit N]\n"
+       "                 [--on-lost warn|term] [--gpus N|auto | --gpu K] -- CMD [ARG...]\n"
        "  Hold the lock while CMD runs and exit with CMD's status (128+N when killed by signal N).\n"
        "  CMD's pid is the recorded holder, so the lock stays held while CMD lives even if\n"
        "  offload-lock itself is killed. SIGINT, SIGTERM and SIGHUP sent to offload-lock go to CMD.\n"
@@ -67,15 +68,20 @@ const std::map<std::string, std::string>& helps() {
        "  Waiters are served in order: --priority P (-100 to 100, or batch, normal (the default),\n"
        "  interactive) first, then arrival. --expect DUR declares how long CMD will hold the lock,\n"
        "  for the ETAs status shows. --yield-signal SIG (a name such as USR1, or a number): CMD\n"
-       "  receives SIG once when a waiter of higher priority than its own arrives.\n"},
+       "  receives SIG once when a waiter of higher priority than its own arrives.\n"
+       "  --max-hold DUR: CMD may hold the lock that long. Then it receives the yield signal (with\n"
+       "  --yield-signal), after --max-hold-grace DUR (default 30s) SIGTERM, after another grace\n"
+       "  SIGKILL (to its process group when it leads one); the lock is released and run exits\n"
+       "  124, however CMD ended once the maximum hold had passed.\n"},
       {"hold",
        "offload-lock hold [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--priority P] [--expect DUR]\n"
-       "                  [--gpus N|auto | --gpu K]\n"
+       "                  [--max-hold DUR] [--gpus N|auto | --gpu K]\n"
        "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
        "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
        "  --wait, 5 when the lock was removed or replaced during the hold (whoever did it, even\n"
        "  if the path is free again). The json has the slot as \"gpu\".\n"
-       "  --priority P, --expect DUR: as for run.\n"},
+       "  --priority P, --expect DUR: as for run. --max-hold DUR: at the maximum hold it releases\n"
+       "  the lock and exits 124.\n"},
       {"doctor",
        "offload-lock doctor\n"
        "  Check the setup and explain it, one line each: the path Node's rule, Go's rule and\n"
@@ -84,6 +90,43 @@ const std::map<std::string, std::string>& helps() {
        "  inotify, pidfd, RENAME_NOREPLACE and OFD locks work on that file system; whether /proc\n"
        "  is this pid namespace's; nvidia-smi and the GPU count. Exit 0 when all is well, 1 with\n"
        "  warnings. With --json, one object: path, checks (name, ok, detail), warnings.\n"},
+      {"history",
+       "offload-lock history [--since DUR] [--by label|user|gpu] [--start]\n"
+       "  What the lock's history says: time held, acquisitions, waits (p50, p90, max), waits that\n"
+       "  timed out or were cancelled, and crashes, in all and, with --by, for each label, user or\n"
+       "  GPU slot; then the last 20 entries. It is kept only once started (--start), in\n"
+       "  .<name>.history beside the lock: one file per user that only that user can write, so no\n"
+       "  entry speaks for anyone else; lines that are not entries, or that claim another user than\n"
+       "  their file's owner, are skipped and counted. With --json, one object: path, kept, since,\n"
+       "  totals, by, groups, recent, files, skipped.\n"
+       "  --since DUR   only what happened in the last DUR (default: all that is kept)\n"
+       "  --by WHAT     the sums for each label, user or gpu too\n"
+       "  --start       start keeping the history: make its directory, as open as the lock's\n"
+       "                parent and sticky where others can write (exit 4 when it cannot)\n"},
+      {"top",
+       "offload-lock top [--gpus N|auto | --gpu K]\n"
+       "  A live view on a terminal: each slot's holder, how long it has held the lock and when it\n"
+       "  expects to be done; the queue with positions, priorities and ETAs; the last entries of\n"
+       "  the history. Redrawn as soon as the lock, the queue or the history changes (no polling;\n"
+       "  the times move every second). Keys: q quits; Up and Down (or k and j) select a row;\n"
+       "  w cancels the selected waiter when it is a process of yours (SIGTERM, once confirmed\n"
+       "  with w); y asks the selected holder to make way when it is a process of yours that\n"
+       "  offered to (run's yield signal, the library's on_yield_request); asking another user's\n"
+       "  holder is not allowed by the site policy. Needs a terminal, and gives it back as it\n"
+       "  found it however it ends (q, Ctrl-C, SIGTERM, SIGHUP).\n"},
+      {"serve",
+       "offload-lock serve [--listen ADDR:PORT] [--allow-remote] [--gpus N|auto | --gpu K]\n"
+       "  A read-only web view of the lock on ADDR:PORT (default 127.0.0.1:9479; port 0 picks a\n"
+       "  free one; the first line on stdout names the address). / is a page showing what top\n"
+       "  shows, updated live through Server-Sent Events (/events); /status.json is the --json\n"
+       "  status object, /metrics the Prometheus exposition format (status's gauges and the\n"
+       "  history's counters, for a Prometheus server to scrape), /history.json the --json\n"
+       "  history object. GET and HEAD only; at most 64 clients at once, 8 KiB of request\n"
+       "  headers, no request body.\n"
+       "  --listen ADDR:PORT  where to listen: a loopback address unless --allow-remote\n"
+       "  --allow-remote      listen on any address: everyone who can reach it sees who uses the\n"
+       "                      GPU, and nobody is asked who they are\n"
+       "  Ends on SIGINT, SIGTERM or SIGHUP.\n"},
       {"help",
        "offload-lock help [COMMAND]\n"
        "  Without COMMAND, the overview of every command (as offload-lock --help); with one, that\n"
@@ -156,8 +199,8 @@ std::string usage() {
        "\n"
        "exit codes: 0 ok, 1 busy (status: free; wait-free: still held), 2 usage error,\n"
        "            3 not the owner (release), 4 system error, 5 hold's lock was removed or\n"
-       "            replaced during the hold; run exits with CMD's status; 128+N: signal N\n"
-       "            ended a wait.\n";
+       "            replaced during the hold; run exits with CMD's status; 124: run or hold\n"
+       "            ended by --max-hold; 128+N: signal N ended a wait.\n";
   return u;
 }
 

@@ -10,6 +10,9 @@
 #include "cli/commands.hpp"
 #include "cli/doctor.hpp"
 #include "cli/exit_codes.hpp"
+#include "cli/history.hpp"
+#include "cli/serve.hpp"
+#include "cli/top.hpp"
 #include "cli/gpus.hpp"
 #include "cli/output.hpp"
 #include "posix/os.hpp"
@@ -58,6 +61,9 @@ int main(int argc, char** argv) {
     if (a.command == "hold") return cmd_hold(a, gpus, path);
     if (a.command == "wait-free") return cmd_wait_free(a, path);
     if (a.command == "doctor") return cmd_doctor(a);
+    if (a.command == "history") return cmd_history(a, path);
+    if (a.command == "top") return cmd_top(a, gpus, path);
+    if (a.command == "serve") return cmd_serve(a, gpus, path);
   } catch (const std::exception& ex) {
     say(std::string("internal error: ") + ex.what());
     return exit_system;

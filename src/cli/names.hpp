@@ -1,5 +1,5 @@
 // The environment variables the command sets for CMD and reads back.
-// `run` sets them for CMD; a command CMD starts reads them (PROTOCOL B11).
+// `run` sets them for CMD; a command CMD starts reads them (doc/protocol.md B11).
 #ifndef OFFLOAD_LOCK_SRC_CLI_NAMES_HPP
 #define OFFLOAD_LOCK_SRC_CLI_NAMES_HPP
 

@@ -2,6 +2,7 @@
 #include "cli/output.hpp"
 
 #include "cli/escape.hpp"
+#include "offload_lock/describe.hpp"
 #include "posix/os.hpp"
 #include "posix/terminal.hpp"
 
@@ -13,17 +14,7 @@ std::string prom_quote(const std::string& v) { return "\"" + escape_text(v, show
 
 void say(const std::string& line) { os::write_stderr("offload-lock: " + printable(line) + "\n"); }
 
-std::string who(const info& i) {
-  std::string label = i.label;
-  // A v1 holder records no label: the kernel's name of its process, when
-  // that process is on this host.
-  if (label.empty() && i.pid && (i.host.empty() || i.host == os::host_name()))
-    if (auto comm = os::command_name(*i.pid); comm && !comm->empty()) label = *comm;
-  if (label.empty()) label = "an unnamed holder";
-  std::string s = label + " (pid " + (i.pid ? std::to_string(*i.pid) : "unknown");
-  if (!i.host.empty()) s += ", host " + i.host;
-  return s + ")";
-}
+std::string who(const info& i) { return describe_holder(i); }
 
 std::string status_line(const info& i) {
   // A lock directory someone else owns (in a shared /tmp, another user's).
@@ -41,10 +32,9 @@ std::string status_line(const info& i) {
       doubt += "; Node runners would judge it stale (" + *i.v1_stale_reason + ") and may reclaim it at any moment";
     else if (!i.go_held)
       doubt += "; Go readers see it free";
-    return printable("held by " + who(i) + " for " + describe_duration(i.held_for) + owner + doubt);
+    return printable(describe_state(i, owner + doubt));
   }
-  if (!i.present) return "free";
-  return printable("free (stale lock of " + who(i) + ": " + i.stale_reason.value_or("unknown") + owner + ")");
+  return printable(describe_state(i, owner));
 }
 
 ojson to_json(const info& i) {
@@ -65,6 +55,32 @@ ojson to_json(const info& i) {
   return j;
 }
 
-std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+std::string dump(const ojson& j) {
+  const std::string raw = j.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  // JSON itself escapes only the controls below 0x20. DEL, the C1 controls
+  // and the bidirectional overrides a terminal or a reader could be fooled
+  // by are written as \uXXXX too: the same value for every JSON parser,
+  // nothing a terminal obeys when the line is shown raw. They occur only
+  // inside strings (the rest of the text is ASCII punctuation and digits).
+  std::string out;
+  out.reserve(raw.size());
+  const char* hex = "0123456789abcdef";
+  for (std::size_t i = 0; i < raw.size();) {
+    const unsigned char c = static_cast<unsigned char>(raw[i]);
+    char32_t cp = 0;
+    const std::size_t n = c < 0x80 ? 1 : utf8_at(raw, i, cp);
+    if (c < 0x80) cp = c;
+    if (n != 0 && (cp == 0x7f || is_deceptive(cp))) {
+      out += "\\u";
+      for (int shift : {12, 8, 4, 0}) out += hex[(cp >> shift) & 15];
+      i += n;
+      continue;
+    }
+    const std::size_t take = n == 0 ? 1 : n;
+    out.append(raw, i, take);
+    i += take;
+  }
+  return out;
+}
 
 }  // namespace offload_lock::cli

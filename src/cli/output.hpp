@@ -21,9 +21,12 @@ std::string prom_quote(const std::string& v);
 // "offload-lock: <line>" on stderr, made printable.
 void say(const std::string& line);
 
-// "label (pid N, host H)" of a lock's holder.
+// "label (pid N, host H)" of a lock's holder: the library's
+// describe_holder (offload_lock/describe.hpp), not escaped.
 std::string who(const info& i);
-// "held by ... for ...", "free", or "free (stale lock of ...: reason)".
+// "held by ... for ...", "free", or "free (stale lock of ...: reason)"
+// (describe_state), with who owns the directory and what the other
+// participants would conclude, escaped.
 std::string status_line(const info& i);
 
 // A lock's state as the command's JSON object (`status --json` and others).

@@ -7,31 +7,12 @@
 #include <vector>
 
 #include "cli/output.hpp"
+#include "offload_lock/describe.hpp"
 #include "posix/terminal.hpp"
 
 namespace offload_lock::cli {
 
 namespace {
-
-// The slot whose lock is at `slot_path`, a slot of the lock at `base`.
-std::string slot_name(const std::string& base, const std::string& slot_path) {
-  const std::string prefix = base + ".gpu";
-  if (slot_path.size() > prefix.size() && slot_path.compare(0, prefix.size(), prefix) == 0)
-    return "gpu" + slot_path.substr(prefix.size());
-  return "gpu0";
-}
-
-std::string holders_text(const std::string& base, const std::vector<info>& hs) {
-  if (hs.size() == 1) {
-    const info& i = hs[0];
-    return who(i) + ", held for " + describe_duration(i.held_for);
-  }
-  std::string s = "any of " + std::to_string(hs.size()) + " GPUs:";
-  for (std::size_t k = 0; k < hs.size(); ++k)
-    s += std::string(k ? ";" : "") + " " + slot_name(base, hs[k].path) + " " + who(hs[k]) + " " +
-         describe_duration(hs[k].held_for);
-  return s;
-}
 
 bool g_waiting_line = false;  // a waiting line is on the terminal now
 
@@ -41,19 +22,28 @@ ojson holder_json(const info& i) {
   ojson j = to_json(i);
   j["priority"] = i.held ? ojson(i.priority) : ojson();
   j["expectMs"] = i.held && i.expected.count() > 0 ? ojson(i.expected.count()) : ojson();
-  j["freeInMs"] = !i.held ? ojson(0) : i.expected_free_in ? ojson(i.expected_free_in->count()) : ojson();
+  // From the holder's declared duration and how long it has held the lock
+  // now: the library advances held_for between looks, and freeInMs must
+  // count down with it.
+  j["freeInMs"] = !i.held                     ? ojson(0)
+                  : i.expected.count() > 0    ? ojson(std::max<std::int64_t>(0, (i.expected - i.held_for).count()))
+                                              : ojson();
   return j;
 }
 
 // One line of the stream. Printable ASCII only: every control character,
 // and every non-ASCII one (C1 controls, bidi overrides), reaches the reader
 // as a JSON escape, so the line can be shown on a terminal as it is.
-std::string progress_line(const wait_progress& p) {
+std::string progress_line(const wait_progress& p, const wait_place& place, int& last_position) {
   ojson j;
   j["event"] = "waiting";
-  j["changed"] = p.changed;
+  const int position = place.position > 0 ? place.position : p.position;
+  // A new place in line is a change too, whichever look saw it first.
+  j["changed"] = p.changed || position != last_position;
+  last_position = position;
   j["waitedMs"] = p.waited.count();
-  j["position"] = p.position > 0 ? ojson(p.position) : ojson();
+  j["position"] = position > 0 ? ojson(position) : ojson();
+  j["etaMs"] = place.eta ? ojson(place.eta->count()) : ojson();
   ojson hs = ojson::array();
   for (const auto& h : p.holders) hs.push_back(holder_json(h));
   j["holders"] = std::move(hs);
@@ -70,7 +60,9 @@ void report_waiting(lock_options& o, const args& a) {
     // the holder changes and every --remind, on a terminal too (no line
     // rewritten in place).
     o.progress_every = a.remind == std::chrono::milliseconds::max() ? std::chrono::milliseconds(0) : a.remind;
-    o.on_progress = [](const wait_progress& p) { os::write_stderr(progress_line(p)); };
+    o.on_progress = [base = o.path, last = -1](const wait_progress& p) mutable {
+      os::write_stderr(progress_line(p, place_in_line(base), last));
+    };
     return;
   }
   const int width = os::terminal_width(os::standard_error);
@@ -78,8 +70,8 @@ void report_waiting(lock_options& o, const args& a) {
     // A terminal: one line, rewritten in place every second.
     o.progress_every = std::chrono::seconds(1);
     o.on_progress = [width, base = o.path](const wait_progress& p) {
-      std::string line =
-          "offload-lock: waiting " + describe_duration(p.waited) + " for " + printable(holders_text(base, p.holders));
+      std::string line = "offload-lock: waiting " + describe_duration(p.waited) + " for " +
+                         printable(describe_wait(p, base, place_in_line(base)));
       if (static_cast<int>(line.size()) >= width) line.resize(static_cast<std::size_t>(std::max(1, width - 1)));
       os::write_stderr("\r\x1b[K" + line);
       g_waiting_line = true;
@@ -88,8 +80,9 @@ void report_waiting(lock_options& o, const args& a) {
     // A log: a line when the holder changes, and a reminder now and then.
     o.progress_every = a.remind == std::chrono::milliseconds::max() ? std::chrono::milliseconds(0) : a.remind;
     o.on_progress = [base = o.path](const wait_progress& p) {
-      if (p.changed) say("waiting for " + holders_text(base, p.holders));
-      else say("still waiting for " + holders_text(base, p.holders) + "; waited " + describe_duration(p.waited));
+      const std::string what = describe_wait(p, base, place_in_line(base));
+      if (p.changed) say("waiting for " + what);
+      else say("still waiting for " + what + "; waited " + describe_duration(p.waited));
     };
   }
 }

@@ -4,9 +4,12 @@
 // and then (--remind). With --json, wherever stderr goes, one JSON object
 // per line at those same moments:
 //   {"event":"waiting","changed":B,"waitedMs":N,"position":P|null,
-//    "holders":[{...the --json object of each lock waited for, plus
-//    "priority","expectMs","freeInMs"}]}
-// (position 1 is next; null when unknown).
+//    "etaMs":E|null,"holders":[{...the --json object of each lock waited
+//    for, plus "priority","expectMs","freeInMs"}]}
+// (position 1 is next; null when unknown; etaMs as `status` gives this
+// waiter's ETA; freeInMs counts down as heldForMs counts up). The line
+// names the place too: "waiting 12s for X (pid N), held for 3m; #2 in
+// line, ETA ~20m" (offload_lock::describe_wait).
 #ifndef OFFLOAD_LOCK_SRC_CLI_PROGRESS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_PROGRESS_HPP
 

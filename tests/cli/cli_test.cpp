@@ -160,7 +160,7 @@ TEST_CASE("cli: release --force removes another holder's lock and says whose", "
   CHECK(l->release() == ol::errc::lost);
 }
 
-TEST_CASE("cli: acquire --pid; the keeper releases when that process exits", "[cli]") {
+TEST_CASE("cli: acquire --pid, and the keeper releases when that process exits", "[cli]") {
   temp_dir d;
   boost::process::child sleeper("/bin/sleep", "30");
   auto r = run_cli(with_lock(d, {"acquire", "--pid", std::to_string(sleeper.id())}));
@@ -359,7 +359,7 @@ TEST_CASE("cli: wait-free", "[cli]") {
   CHECK(c.wait() == 0);
 }
 
-TEST_CASE("cli: usage errors exit 2 with one line; system errors exit 4 naming the path", "[cli]") {
+TEST_CASE("cli: usage errors exit 2 with one line, system errors exit 4 naming the path", "[cli]") {
   temp_dir d;
   for (const auto& args : std::vector<std::vector<std::string>>{
            {}, {"nope"}, {"acquire", "--wait", "soon"}, {"--ttl", "-1", "status"}, {"release", "--pid", "x"},

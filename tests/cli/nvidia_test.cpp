@@ -3,9 +3,9 @@
 // or bounded rather than believed.
 #include <catch2/catch.hpp>
 
-#include "cli/nvidia.hpp"
+#include "offload_lock/gpus.hpp"
 
-using namespace offload_lock::cli;
+using namespace offload_lock;
 
 namespace {
 

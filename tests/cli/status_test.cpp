@@ -60,11 +60,15 @@ std::unique_ptr<child> on_terminal(const std::vector<std::string>& words) {
   return std::make_unique<child>("/usr/bin/script", std::vector<std::string>{"-qfec", shell_words(words), "/dev/null"});
 }
 
-// The registry entries (files) next to the lock, whatever they say.
+// The registry entries next to the lock (in every user's directory of
+// `.gpu.lock.queue`), whatever they say.
 std::size_t registry_files(const temp_dir& d) {
-  fs::path dir = d.path / ".gpu.lock.waiters";
-  if (!fs::exists(dir)) return 0;
-  return static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+  const fs::path top = d.path / ".gpu.lock.queue";
+  if (!fs::exists(top)) return 0;
+  std::size_t n = 0;
+  for (fs::recursive_directory_iterator it(top), end; it != end; ++it)
+    if (fs::is_regular_file(it->status()) && it->path().extension() == ".json") ++n;
+  return n;
 }
 
 bool waiter_listed(const std::string& lock, int pid) {
@@ -106,7 +110,7 @@ std::string host() {
 
 }  // namespace
 
-TEST_CASE("status lists the holder and the waiters, oldest first; killed waiters drop out", "[cli][status]") {
+TEST_CASE("status lists the holder and the waiters, oldest first, and killed waiters drop out", "[cli][status]") {
   temp_dir d;
   auto l = held_by(d, "render-video");
 
@@ -164,7 +168,7 @@ TEST_CASE("status lists the holder and the waiters, oldest first; killed waiters
   CHECK(w1.wait() == 0);
   CHECK(w2.wait() == 0);
   CHECK(ol::waiters(d.lock()).empty());
-  CHECK_FALSE(fs::exists(d.path / ".gpu.lock.waiters"));
+  CHECK_FALSE(fs::exists(d.path / ".gpu.lock.queue"));
 
   r = run_cli(with_lock(d, {"status"}));
   CHECK(r.code == 1);
@@ -183,7 +187,7 @@ TEST_CASE("a killed waiter's entry does not outlive the next acquisition", "[cli
   REQUIRE_FALSE(l.release());
   // One acquisition that never waits sweeps it, and the empty registry.
   CHECK(run_cli(with_lock(d, {"run", "--", "true"})).code == 0);
-  CHECK_FALSE(fs::exists(d.path / ".gpu.lock.waiters"));
+  CHECK_FALSE(fs::exists(d.path / ".gpu.lock.queue"));
 }
 
 TEST_CASE("status --prometheus writes the textfile-collector format", "[cli][status]") {
@@ -212,13 +216,23 @@ TEST_CASE("status --prometheus writes the textfile-collector format", "[cli][sta
     if (line.rfind("# HELP ", 0) == 0) continue;
     if (line.rfind("# TYPE ", 0) == 0) {
       std::string name = line.substr(7, line.find(' ', 7) - 7);
-      CHECK_THAT(line, Catch::EndsWith(" gauge"));
+      // From the history: counters (named _total) and the wait histogram;
+      // of now: gauges.
+      const bool counter = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
+      const bool histogram = name == "offload_lock_wait_seconds";
+      CHECK_THAT(line, Catch::EndsWith(counter ? " counter" : histogram ? " histogram" : " gauge"));
       typed.insert(name);
       continue;
     }
     std::smatch m;
     REQUIRE(std::regex_match(line, m, sample));
-    CHECK(typed.count(m[1].str()) == 1);
+    // A histogram's samples are its family's name with _bucket, _sum or _count.
+    std::string family = m[1].str();
+    for (const std::string suffix : {"_bucket", "_sum", "_count"})
+      if (!typed.count(family) && family.size() > suffix.size() &&
+          family.compare(family.size() - suffix.size(), suffix.size(), suffix) == 0)
+        family.erase(family.size() - suffix.size());
+    CHECK(typed.count(family) == 1);
     values[m[1].str()] = m[m.size() - 2].str();
   }
   CHECK(values["offload_lock_held"] == "1");
@@ -410,7 +424,7 @@ TEST_CASE("cli: --gpus 3 takes the first free of three slots, CUDA_VISIBLE_DEVIC
   CHECK_FALSE(fs::exists(d.lock() + ".gpu1"));
 }
 
-TEST_CASE("run --gpus exports the slot's GPU; --gpu K asks for slot K only", "[cli][gpus]") {
+TEST_CASE("run --gpus exports the slot's GPU, and --gpu K asks for slot K only", "[cli][gpus]") {
   temp_dir d;
   auto s0 = ol::lock::acquire(d.lock(), 0ms);
   auto s1 = ol::lock::acquire(ol::gpu_slot_path(d.lock(), 1), 0ms);
@@ -447,7 +461,7 @@ TEST_CASE("run --gpus exports the slot's GPU; --gpu K asks for slot K only", "[c
   CHECK_THAT(r.err, Catch::Contains("busy: all 3 GPU slots of " + d.lock() + " are held"));
 }
 
-TEST_CASE("acquire and release with slots; --gpus auto counts nvidia-smi's GPUs", "[cli][gpus]") {
+TEST_CASE("acquire and release with slots, and --gpus auto counts nvidia-smi's GPUs", "[cli][gpus]") {
   temp_dir d;
   auto s0 = ol::lock::acquire(d.lock(), 0ms);
   auto s1 = ol::lock::acquire(ol::gpu_slot_path(d.lock(), 1), 0ms);
