@@ -26,15 +26,18 @@ export type ExitCode = (typeof exitCodes)[keyof typeof exitCodes];
 
 /**
  * The `code` of every Error this package throws or rejects with.
- * - `EBUSY`: `withGpuLock` found the lock still busy after the wait.
+ * - `EBUSY`: `withGpuLock` found the lock still busy after the wait; the message
+ *   names the holder as the command does.
  * - `ENOENT`: no usable `offload-lock` binary (see {@link findBinary}).
  * - `ERR_INVALID_ARG_VALUE`: an option of the wrong kind, before anything runs (a TypeError):
  *   `waitMs` or `ttlMs` not a non-negative number or `Infinity`, `priority` not
  *   one of {@link Priority}, `expectMs` not a non-negative finite number,
- *   `signal` not an AbortSignal, `onProgress` not a function.
+ *   `gpus` not 1 to 1024 or `'auto'`, `gpu` not 0 to 1023,
+ *   `signal` not an AbortSignal, `onProgress` or `onLost` not a function.
  * - `ERR_OFFLOAD_LOCK_USAGE`, `ERR_OFFLOAD_LOCK_NOT_OWNER`, `ERR_OFFLOAD_LOCK_SYSTEM`,
  *   `ERR_OFFLOAD_LOCK_LOST`: the command ended with that outcome (exit 2, 3, 4, 5)
- *   where the call could not go on.
+ *   where the call could not go on; `ERR_OFFLOAD_LOCK_LOST` is also the
+ *   {@link LostError} of a held lock that was lost (`onLost`, `withGpuLock`).
  * - `ERR_OFFLOAD_LOCK_FAILED`: the command could not be started, was killed by a
  *   signal, exited with an unexpected status, or printed something unreadable.
  * - `ABORT_ERR`: the `signal` given to {@link acquireGpuLock} aborted the wait
@@ -140,12 +143,27 @@ export interface WaitProgress {
   waitedMs: number;
   /** This waiter's place in the queue, 1 = next; null when not known. */
   position: number | null;
+  /** When this waiter should get the lock, ms from now, as `status` gives it; null when unknown. */
+  etaMs: number | null;
   /** The lock, or each GPU slot waited for, as last seen. */
   holders: ProgressHolder[];
 }
 
 /** Options of {@link acquireGpuLock} and {@link withGpuLock}. */
 export interface AcquireOptions extends SyncAcquireOptions {
+  /**
+   * Take the first free of this many GPU slots (`--gpus N`), or as many as
+   * the machine has GPUs (`'auto'`); the handle's `gpu` says which.
+   */
+  gpus?: number | 'auto';
+  /** Take GPU slot K only (`--gpu K`), 0 to 1023. */
+  gpu?: number;
+  /**
+   * Called once if the lock stops being held before it is released: someone
+   * else removed or replaced it, or the `offload-lock hold` child holding it
+   * was killed. The error has code `ERR_OFFLOAD_LOCK_LOST`.
+   */
+  onLost?: (err: LostError) => void;
   /**
    * Aborting it while waiting ends the wait (the child leaves the queue and
    * takes no lock) and rejects with an {@link AbortError}; already aborted,
@@ -216,6 +234,10 @@ export interface SlotStatus extends LockInfo {
   expectMs: number | null;
   /** When the lock is expected to be free, ms from now: 0 when free or overdue, null when unknown. */
   freeInMs: number | null;
+  /** The holder's maximum hold (`--max-hold`), ms; null when it set none, or free. */
+  maxHoldMs: number | null;
+  /** What is left of it, ms (below 0 once it has passed); null when there is none. */
+  maxHoldInMs: number | null;
   /** A waiter of a higher priority than the holder's asked it to yield; null when none (or free). */
   yieldRequested: YieldRequest | null;
 }
@@ -250,15 +272,71 @@ export interface Waiter {
   etaMs: number | null;
 }
 
+/** The gpulease lease of current upstream runners, judged by gpulease's rules (doc/protocol-gpulease.md). */
+export interface LeaseStatus {
+  /** The lease directory. */
+  dir: string;
+  /** Which rule placed it: 'explicit', 'GPU_LOCK', 'OFFLOAD_LOCK_LEASE_ROOT', 'LOCAL_OFFLOAD_STATE_DIR' or 'default'. */
+  rule: string;
+  /** 'unknown': something could not be read; it is never taken over. */
+  state: 'free' | 'held' | 'stale' | 'unknown';
+  held: boolean;
+  why: string;
+  /** An unparseable claim inside gpulease's 10 s grace. */
+  inProgress: boolean;
+  /** The holder's fields: null without a parseable claim. */
+  pid: number | null;
+  class: string | null;
+  /** The lease's fencing epoch. */
+  epoch: number | null;
+  reason: string;
+  origin: string;
+  jobId: string;
+  acquiredAtMs: number | null;
+  /** The end of the holder's declared window. */
+  expiresAtMs: number | null;
+  /** Its last heartbeat. */
+  renewedAtMs: number | null;
+  heldForMs: number | null;
+  /** What gpulease's own readers conclude. */
+  gpuleaseReadersHeld: boolean;
+  /** The last epoch issued; null when unknown. */
+  counter: number | null;
+}
+
 /** What {@link inspect} returns: slot 0 at the top level, every slot in `slots`, and the waiters. */
 export interface LockStatus extends SlotStatus {
   slots: SlotStatus[];
   /** In the order they will be served: priority, then arrival. */
   waiters: Waiter[];
+  /** The gpulease lease; null where no gpulease root exists. */
+  gpulease: LeaseStatus | null;
 }
 
-/** A held lock, from {@link acquireGpuLock}. */
-export interface GpuLockHandle {
+/** The loss of a held lock (see {@link AcquireOptions.onLost}). */
+export interface LostError extends OffloadLockError {
+  code: 'ERR_OFFLOAD_LOCK_LOST';
+  /** The hold child's exit status, when it ended; null otherwise. */
+  exitCode?: number | null;
+  /** The signal that killed the hold child (e.g. `'SIGKILL'`), when one did. */
+  signal?: string | null;
+}
+
+// Symbol.dispose and Symbol.asyncDispose where the TypeScript lib has them
+// (5.2 and later, for `using` and `await using`); nothing where it has not.
+type DisposeKey = SymbolConstructor extends { readonly dispose: infer K extends symbol } ? K : never;
+type AsyncDisposeKey = SymbolConstructor extends { readonly asyncDispose: infer K extends symbol } ? K : never;
+
+/**
+ * A held lock, from {@link acquireGpuLock}: `await using lock = await
+ * acquireGpuLock(...)` releases it at the end of the block.
+ */
+export type GpuLockHandle = GpuLockHandleBase &
+  { readonly [K in DisposeKey]: () => void } &
+  { readonly [K in AsyncDisposeKey]: () => Promise<void> };
+
+/** What every {@link GpuLockHandle} has. */
+export interface GpuLockHandleBase {
   /** The token of this acquisition. */
   readonly token: string;
   /** The lock directory held. */
@@ -267,8 +345,18 @@ export interface GpuLockHandle {
   readonly pid: number;
   /** The whole `acquired` object the child printed. */
   readonly info: AcquiredInfo;
+  /** The GPU slot held (0 for a plain lock). */
+  readonly gpu: number;
+  /** null while held; the {@link LostError} once the lock was lost. */
+  readonly lost: LostError | null;
   /** Releases the lock by its token, synchronously; idempotent; never throws. */
   release(): void;
+  /**
+   * Releases without blocking: the hold child gives the lock back and exits.
+   * Resolves true when it released it, false when it had been lost.
+   * Idempotent; never rejects.
+   */
+  releaseAsync(): Promise<boolean>;
 }
 
 /** What {@link releaseSync} did. */
@@ -294,7 +382,9 @@ export declare function acquireGpuLock(options?: AcquireOptions): Promise<GpuLoc
 
 /**
  * Acquires, runs `fn`, and releases even when `fn` throws. Rejects with code
- * `EBUSY` (without calling `fn`) when the lock stays busy.
+ * `EBUSY` naming the holder (without calling `fn`) when the lock stays busy,
+ * and with the {@link LostError} when the lock was lost while `fn` ran and no
+ * `onLost` was given.
  */
 export declare function withGpuLock<T>(fn: (lock: GpuLockHandle) => T | PromiseLike<T>): Promise<Awaited<T>>;
 export declare function withGpuLock<T>(

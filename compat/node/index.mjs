@@ -8,55 +8,23 @@
 //
 // Built-in modules only.
 
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { cliError, codes, exitCodes, lastLine, lostError, withCode } from './errors.mjs';
+import { makeHandle } from './handle.mjs';
+
+export { exitCodes };
+
 export const DEFAULT_WAIT_MS = 30 * 60 * 1000;
 export const DEFAULT_TTL_MS = 60 * 60 * 1000;
-
-// The exit codes of the offload-lock command, one per outcome: the same table
-// as the CLI's (src/cli/args.hpp), which a C++ test compares with this one.
-// `status` uses ok for held and busy for free.
-export const exitCodes = Object.freeze({ ok: 0, busy: 1, usage: 2, notOwner: 3, system: 4, lost: 5 });
-
-// The `code` of every Error this package throws or rejects with (see README,
-// "Errors"): errno names where the condition is that errno's meaning, Node's
-// own code for a bad argument, and one code per CLI outcome otherwise.
-const codes = Object.freeze({
-  busy: 'EBUSY',
-  noBinary: 'ENOENT',
-  badArgument: 'ERR_INVALID_ARG_VALUE',
-  usage: 'ERR_OFFLOAD_LOCK_USAGE',
-  notOwner: 'ERR_OFFLOAD_LOCK_NOT_OWNER',
-  system: 'ERR_OFFLOAD_LOCK_SYSTEM',
-  lost: 'ERR_OFFLOAD_LOCK_LOST',
-  failed: 'ERR_OFFLOAD_LOCK_FAILED',
-  aborted: 'ABORT_ERR',
-});
-
-// An exit status that should not have ended the command -> its code.
-function codeForExit(status) {
-  switch (status) {
-    case exitCodes.usage: return codes.usage;
-    case exitCodes.notOwner: return codes.notOwner;
-    case exitCodes.system: return codes.system;
-    case exitCodes.lost: return codes.lost;
-    default: return codes.failed; // killed by a signal, could not start, unexpected status or output
-  }
-}
-
-function withCode(err, code) {
-  err.code = code;
-  return err;
-}
 
 const BIN_NAME = 'offload-lock';
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO_BINARY = path.resolve(HERE, '..', '..', 'build', BIN_NAME);
-const RELEASE_TIMEOUT_MS = 60 * 1000;
 
 // ---------------------------------------------------------------------------
 // small helpers
@@ -114,6 +82,25 @@ function expectArg(ms) {
   return `${Math.ceil(ms)}ms`;
 }
 
+// The GPU slot options -> --gpus N|auto and --gpu K (undefined: none).
+function gpuArgs({ gpus, gpu }) {
+  const args = [];
+  if (gpus !== undefined) {
+    if (gpus !== 'auto' && !(Number.isInteger(gpus) && gpus >= 1 && gpus <= 1024)) {
+      throw withCode(new TypeError(`gpus must be an integer from 1 to 1024 or 'auto', got ${String(gpus)}`),
+        codes.badArgument);
+    }
+    args.push('--gpus', String(gpus));
+  }
+  if (gpu !== undefined) {
+    if (!(Number.isInteger(gpu) && gpu >= 0 && gpu <= 1023)) {
+      throw withCode(new TypeError(`gpu must be an integer from 0 to 1023, got ${String(gpu)}`), codes.badArgument);
+    }
+    args.push('--gpu', String(gpu));
+  }
+  return args;
+}
+
 // The queue options shared by hold and acquire.
 function queueArgs({ priority, expectMs }) {
   const args = [];
@@ -141,23 +128,6 @@ const PROGRESS_EVERY = '1s';
 // How long an aborted wait's child has to end after SIGTERM before it is
 // killed outright (its entry, no longer write-locked, then counts for nobody).
 const ABORT_KILL_AFTER_MS = 10 * 1000;
-
-function lastLine(text) {
-  const lines = String(text || '').split('\n').map((l) => l.trim()).filter(Boolean);
-  return lines.length ? lines[lines.length - 1] : '';
-}
-
-function cliError(what, { status, signal, stderr, error }) {
-  let reason;
-  if (error) reason = error.message;
-  else reason = lastLine(stderr) || (signal ? `killed by ${signal}` : `exit code ${status}`);
-  const err = withCode(new Error(`offload-lock ${what} failed: ${reason}`), error ? codes.failed : codeForExit(status));
-  err.exitCode = status ?? null;
-  err.signal = signal ?? null;
-  err.stderr = stderr || '';
-  if (error) err.cause = error;
-  return err;
-}
 
 function lockArgs(lockPath) {
   return lockPath ? ['--lock', lockPath] : [];
@@ -194,11 +164,24 @@ export function findBinary() {
     codes.noBinary);
 }
 
-// Take the GPU lock. Resolves with { release(), token, path, pid } once held
-// (pid is the `offload-lock hold` child that holds it), or null when the lock
-// is still busy after waitMs. Rejects on any other failure, and with an
-// AbortError when `signal` aborts the wait.
-export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label, priority, expectMs, signal, onProgress } = {}) {
+// Take the GPU lock. Resolves with { release(), releaseAsync(), token, path,
+// pid, gpu, lost } once held (pid is the `offload-lock hold` child that holds
+// it), or null when the lock is still busy after waitMs. Rejects on any
+// other failure, and with an AbortError when `signal` aborts the wait.
+// onLost(err) is called once if the lock stops being held before release:
+// removed or replaced by someone else, or the hold child killed.
+export async function acquireGpuLock(options = {}) {
+  const r = await acquire(options);
+  return r.handle ?? null;
+}
+
+// One acquisition: { handle } once held, { busy: message } when still held
+// by someone else after waitMs (the message names the holder, as the
+// command does: "timed out: PATH is held by LABEL (pid N, host H) for 5s").
+async function acquire({ lockPath, waitMs, ttlMs, label, priority, expectMs, gpus, gpu, signal, onProgress, onLost } = {}) {
+  if (onLost !== undefined && typeof onLost !== 'function') {
+    throw withCode(new TypeError(`onLost must be a function, got ${String(onLost)}`), codes.badArgument);
+  }
   if (signal !== undefined && !isAbortSignal(signal)) {
     throw withCode(new TypeError(`signal must be an AbortSignal, got ${String(signal)}`), codes.badArgument);
   }
@@ -208,14 +191,16 @@ export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label, priority,
   const wait = durArg(waitMs ?? envWaitMs(), 'waitMs');
   const ttl = durArg(ttlMs ?? DEFAULT_TTL_MS, 'ttlMs');
   const queue = queueArgs({ priority, expectMs });
+  const slots = gpuArgs({ gpus, gpu });
   // Aborted before it began: nothing is spawned.
   if (signal && signal.aborted) throw abortError(signal);
   const bin = findBinary();
-  // With onProgress the child reports its wait on stderr as JSON lines
-  // (--json); without, it says nothing (--quiet).
-  const report = onProgress ? ['--json'] : ['--quiet'];
-  const args = [...lockArgs(lockPath), '--ttl', ttl, ...report, 'hold', '--wait', wait, '--label', String(label ?? defaultLabel()),
-    ...queue, ...(onProgress ? ['--remind', PROGRESS_EVERY] : [])];
+  // The child reports on stderr as JSON lines (--json): its wait (for
+  // onProgress; once a second with it, else only when the holder changes)
+  // and a loss of the lock once held; its last plain line says why it
+  // failed (a busy line names the holder).
+  const args = [...lockArgs(lockPath), '--ttl', ttl, '--json', 'hold', '--wait', wait, '--label', String(label ?? defaultLabel()),
+    ...queue, ...slots, '--remind', onProgress ? PROGRESS_EVERY : 'forever'];
 
   return new Promise((resolve, reject) => {
     // detached: the child gets its own session, so a Ctrl-C or a signal to
@@ -257,8 +242,9 @@ export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label, priority,
     const stderrText = (line) => {
       if (stderrBuf.length < 65536) stderrBuf += `${line}\n`;
     };
+    let handle = null;
     const stderrLineDone = (line) => {
-      if (onProgress && line.startsWith('{')) {
+      if (line.startsWith('{')) {
         let event;
         try {
           event = JSON.parse(line);
@@ -266,8 +252,10 @@ export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label, priority,
           stderrText(line);
           return;
         }
-        if (event && event.event === 'waiting' && !settled && !aborted) {
+        if (event && event.event === 'waiting' && onProgress && !settled && !aborted) {
           try { onProgress(event); } catch { /* the caller's own fault; the wait goes on */ }
+        } else if (event && event.event === 'lost' && handle) {
+          handle.lose(lostError(`the lock ${event.path} was removed or replaced by someone else`, event));
         }
         return;
       }
@@ -316,7 +304,8 @@ export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label, priority,
         }
         settled = true;
         unlisten();
-        resolve(makeHandle(bin, child, info, lockPath));
+        handle = makeHandle(bin, child, info, info.path || lockPath || defaultLockPath(), onLost);
+        resolve({ handle: handle.api });
       }
     });
 
@@ -333,71 +322,46 @@ export async function acquireGpuLock({ lockPath, waitMs, ttlMs, label, priority,
       }
       settled = true;
       unlisten();
-      if (status === exitCodes.busy) resolve(null);
+      if (status === exitCodes.busy) resolve({ busy: lastLine(stderrBuf).replace(/^offload-lock: /, '') });
       else reject(cliError('hold', { status, signal: signalName, stderr: stderrBuf }));
     });
   });
 }
 
-function makeHandle(bin, child, info, lockPath) {
-  // From now on the child must not keep this process alive: a runner may
-  // exit while holding, and the child then releases on stdin EOF.
-  child.unref();
-  child.stdin.unref();
-  child.stdout.unref();
-  child.stderr.unref();
-  child.stdout.resume(); // never let an unread pipe block the child
-
-  const lockDir = info.path || lockPath || defaultLockPath();
-  let released = false;
-  return {
-    token: info.token,
-    path: lockDir,
-    pid: info.pid,
-    info,
-    release() {
-      if (released) return;
-      released = true;
-      try {
-        // Synchronous, so the lock is gone when release() returns. Errors are
-        // ignored as in gpu-lock.mjs; the token makes sure only our own lock
-        // is removed.
-        execFileSync(bin, ['--lock', lockDir, 'release', '--token', String(info.token)], {
-          stdio: ['ignore', 'ignore', 'ignore'],
-          timeout: RELEASE_TIMEOUT_MS,
-        });
-      } catch {
-        /* ignored */
-      }
-      try { child.stdin.end(); } catch { /* ignore */ }
-    },
-  };
-}
-
 // acquire, run `await fn(handle)`, release in finally. Throws an Error with
-// code 'EBUSY' when the lock is still busy after the wait.
+// code 'EBUSY' naming the holder when the lock is still busy after the wait,
+// and the ERR_OFFLOAD_LOCK_LOST error when the lock was lost while fn ran
+// (unless onLost was given).
 export async function withGpuLock(opts, fn) {
   if (typeof opts === 'function') {
     fn = opts;
     opts = {};
   }
-  const handle = await acquireGpuLock(opts || {});
-  if (!handle) {
+  const r = await acquire(opts || {});
+  if (!r.handle) {
     const where = (opts && opts.lockPath) || defaultLockPath();
-    throw withCode(new Error(`GPU lock busy: ${where}`), codes.busy);
+    throw withCode(new Error(`GPU lock busy: ${r.busy || where}`), codes.busy);
   }
+  const handle = r.handle;
+  let value;
   try {
-    return await fn(handle);
+    value = await fn(handle);
   } finally {
-    handle.release();
+    await handle.releaseAsync();
   }
+  // The lock was lost while fn ran: its work was not alone on the GPU.
+  // With onLost the caller has been told; without, this is how.
+  if (handle.lost && !(opts && opts.onLost)) throw handle.lost;
+  return value;
 }
 
 // `offload-lock --json status` as an object: path, held, pid, startedAt,
 // heldForMs, label, host, token, stale, ownerUid, v1Stale, otherPidNamespace,
-// gpu, device, priority, expectMs, freeInMs, yieldRequested, slots, and
+// gpu, device, priority, expectMs, freeInMs, yieldRequested, slots,
 // waiters (the offload-lock processes queued for the lock, in the order they
-// will be served, each with its position, priority, expectMs and etaMs).
+// will be served, each with its position, priority, expectMs and etaMs), and
+// gpulease (the gpulease lease and its holder; null where no gpulease root
+// exists).
 export function inspect(lockPath) {
   const bin = findBinary();
   const r = spawnSync(bin, [...lockArgs(lockPath), '--json', 'status'], { encoding: 'utf8' });

@@ -18,7 +18,7 @@
 //
 // The rules are those of the original Go reader, kept exactly, quirks included,
 // because Go programs running beside the Node runners and offload-lock must keep
-// seeing what they have always seen (see PROTOCOL.md, section A5):
+// seeing what they have always seen (see doc/protocol.md, rule A5):
 //
 //   - lock path missing or not a directory: free;
 //   - meta.json missing, unreadable, or larger than 1 MiB: free;
@@ -35,15 +35,21 @@
 // Beyond those rules, which alone decide Held, Info reports what an
 // offload-lock holder declared in meta.json: its queue Priority, how long it
 // expects to hold the lock (ExpectMs) and so when it expects to free it
-// (ExpectedFree, the zero time when undeclared or free). WaitFreeWithin
-// uses that to answer at once when the lock will not be free within a
-// budget, instead of waiting the budget out.
+// (ExpectedFree, the zero time when undeclared or free). WaitUntilFree
+// with Options.Within uses that to answer at once when the lock will not be
+// free within a budget, instead of waiting the budget out.
+//
+// ParseDuration, DescribeDuration, DescribeHolder and DescribeState are the
+// offload-lock command's grammar and words, written again in Go (which has
+// no cgo here) and tested against the command; SlotPath, SlotCount and
+// InspectSlots read the GPU slots beside a lock.
 //
 // Waiters lists the offload-lock processes queued for the lock, in the order
-// the lock will serve them, read from the waiter registry beside the lock
-// by the rules of offload-lock's own reader: an entry counts only while its
+// the lock will serve them, read from the queue registry beside the lock by
+// the rules of offload-lock's own reader: an entry counts only while its
 // waiter keeps it write-locked (an OFD lock, which no other user can take
-// for it) and, where this process can tell, is alive.
+// for it), it speaks only for the owner of its directory, and it arrived
+// when its file's ctime says.
 //
 // Note that Path follows Go's os.TempDir, which looks only at TMPDIR; the Node
 // runners also look at TMP and TEMP. With TMPDIR unset and TMP or TEMP set, the

@@ -284,16 +284,26 @@ func TestQueueOffloadLock(t *testing.T) {
 
 	// An unlocked copy of a live waiter's entry, under a name of its pid:
 	// what a process that died (or a forger) leaves behind.
-	regDir := filepath.Join(tmp, regDirName)
+	regDir := filepath.Join(tmp, regDirName, ownDir())
 	names, err := os.ReadDir(regDir)
-	if err != nil || len(names) == 0 {
-		t.Fatalf("registry %s: %v %v", regDir, names, err)
+	if err != nil {
+		t.Fatalf("registry %s: %v", regDir, err)
 	}
-	data, err := os.ReadFile(filepath.Join(regDir, names[0].Name()))
+	var entry string
+	for _, n := range names {
+		if strings.HasSuffix(n.Name(), ".json") {
+			entry = n.Name()
+			break
+		}
+	}
+	if entry == "" {
+		t.Fatalf("registry %s holds no entry: %v", regDir, names)
+	}
+	data, err := os.ReadFile(filepath.Join(regDir, entry))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := strings.SplitN(names[0].Name(), "-", 2)[0]
+	pid := strings.SplitN(entry, "-", 2)[0]
 	forged := filepath.Join(regDir, pid+"-ffffffffffff.json")
 	if err := os.WriteFile(forged, data, 0o644); err != nil {
 		t.Fatal(err)

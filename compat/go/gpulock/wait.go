@@ -25,38 +25,76 @@ func WaitFree(ctx context.Context, lockPath string, wait, poll time.Duration) In
 	return waitFree(ctx, lockPath, wait, poll, Inspect)
 }
 
-// WaitFreeTTL is WaitFree with an explicit TTL for each inspection (see
-// InspectTTL). It is read-only, like WaitFree.
-func WaitFreeTTL(ctx context.Context, lockPath string, ttl, wait, poll time.Duration) Info {
-	return waitFree(ctx, lockPath, wait, poll, func(p string) Info { return InspectTTL(p, ttl) })
+// Options says how WaitUntilFree (and InspectSlots) look at the lock. The
+// zero value is valid: the default TTL, no wait (inspect once), a 1 ms poll.
+type Options struct {
+	// TTL judges each inspection (see InspectTTL); 0 means DefaultTTL.
+	TTL time.Duration
+	// Wait is how long to wait for the lock to become free; 0 or less
+	// inspects once, Forever never gives up by itself.
+	Wait time.Duration
+	// Poll is the time between inspections, raised to 1 ms when smaller.
+	Poll time.Duration
+	// Within, when positive, is the caller's budget (a gate that defers its
+	// work when the GPU will not be free in time): the wait ends at once,
+	// returning the held Info, as soon as an inspection finds a holder that
+	// declared how long it would keep the lock and expects to free it later
+	// than Within from the call. A holder that declared nothing, or is due
+	// (or overdue) within the budget, is waited for, up to Wait.
+	Within time.Duration
 }
 
-// WaitFreeWithin is WaitFree for a caller that can only use the lock if it
-// frees within budget (a gate that defers its work otherwise): it waits up
-// to budget, like WaitFree, but returns at once, without waiting, when an
-// inspection finds the lock held by a holder that declared how long it would
-// keep it (Info.ExpectedFree is not zero) and expects to free it later than
-// budget from the call (the moment WaitFree's wait would end). So a holder
-// with 20 minutes to go answers a 90 s budget in milliseconds. A holder that
-// declared nothing is waited for as before, up to budget; so is one that
-// expects to be done in time (or is overdue) but is not yet.
+func (o Options) ttl() time.Duration {
+	if o.TTL <= 0 {
+		return DefaultTTL
+	}
+	return o.TTL
+}
+
+// WaitUntilFree inspects the lock at lockPath until it is free, opts.Wait
+// has elapsed, ctx is done, or (with opts.Within) the holder will not be
+// done within the budget, and returns the FINAL inspection: Held=false
+// means the lock is free now. It is WaitFree with every option in one
+// place; the same rules apply (a nil ctx is context.Background(); the last
+// sleep is shortened so that the lock is inspected once more as the wait
+// runs out; a done ctx returns the last inspection at once). Read-only.
+func WaitUntilFree(ctx context.Context, lockPath string, opts Options) Info {
+	return waitWith(ctx, lockPath, opts.ttl(), opts)
+}
+
+// waitWith is WaitUntilFree with the TTL as given (the deprecated wrappers
+// pass theirs on unchanged, as they always have).
+func waitWith(ctx context.Context, lockPath string, ttl time.Duration, opts Options) Info {
+	inspect := func(p string) Info { return InspectTTL(p, ttl) }
+	wait := opts.Wait
+	var hopeless func(Info) bool
+	if opts.Within > 0 {
+		deadline := time.Now().Add(opts.Within)
+		hopeless = func(info Info) bool { return !info.ExpectedFree.IsZero() && info.ExpectedFree.After(deadline) }
+	}
+	return waitFreeUntil(ctx, lockPath, wait, opts.Poll, inspect, hopeless)
+}
+
+// WaitFreeTTL is WaitFree with an explicit TTL for each inspection.
 //
-// The returned Info is the final inspection, as WaitFree's: Held=false means
-// free now. Poll, ctx and a nil ctx behave as in WaitFree. Read-only.
+// Deprecated: use WaitUntilFree(ctx, lockPath, Options{TTL: ttl, Wait: wait, Poll: poll}).
+func WaitFreeTTL(ctx context.Context, lockPath string, ttl, wait, poll time.Duration) Info {
+	return waitWith(ctx, lockPath, ttl, Options{Wait: wait, Poll: poll})
+}
+
+// WaitFreeWithin waits up to budget, like WaitFree, but returns at once
+// when the holder declared it will keep the lock longer than budget.
+//
+// Deprecated: use WaitUntilFree(ctx, lockPath, Options{Wait: budget, Within: budget, Poll: poll}).
 func WaitFreeWithin(ctx context.Context, lockPath string, budget, poll time.Duration) Info {
-	return waitFreeWithin(ctx, lockPath, DefaultTTL, budget, poll)
+	return waitWith(ctx, lockPath, DefaultTTL, Options{Wait: budget, Within: budget, Poll: poll})
 }
 
-// WaitFreeWithinTTL is WaitFreeWithin with an explicit TTL for each
-// inspection (see InspectTTL). It is read-only, like WaitFree.
+// WaitFreeWithinTTL is WaitFreeWithin with an explicit TTL.
+//
+// Deprecated: use WaitUntilFree(ctx, lockPath, Options{TTL: ttl, Wait: budget, Within: budget, Poll: poll}).
 func WaitFreeWithinTTL(ctx context.Context, lockPath string, ttl, budget, poll time.Duration) Info {
-	return waitFreeWithin(ctx, lockPath, ttl, budget, poll)
-}
-
-func waitFreeWithin(ctx context.Context, lockPath string, ttl, budget, poll time.Duration) Info {
-	deadline := time.Now().Add(budget)
-	return waitFreeUntil(ctx, lockPath, budget, poll, func(p string) Info { return InspectTTL(p, ttl) },
-		func(info Info) bool { return !info.ExpectedFree.IsZero() && info.ExpectedFree.After(deadline) })
+	return waitWith(ctx, lockPath, ttl, Options{Wait: budget, Within: budget, Poll: poll})
 }
 
 // waitFree is the polling loop, with the inspection passed in so tests can

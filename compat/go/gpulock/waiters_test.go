@@ -17,8 +17,9 @@ import (
 	"time"
 )
 
-// The waiter registry is written by hand in each test's t.TempDir(): the lock
-// is <tmp>/gpu.lock, its registry <tmp>/.gpu.lock.waiters.
+// The queue's registry is written by hand in each test's t.TempDir(): the
+// lock is <tmp>/gpu.lock, its registry <tmp>/.gpu.lock.queue, and this
+// user's directory in it u<euid>, as offload-lock names them.
 
 const (
 	// farPID+n is the pid of an entry from another host: above any pid
@@ -26,40 +27,21 @@ const (
 	// of whatever owner, is named by it.
 	farPID = 4194304
 
+	// otherUID owns the directories and entries of "another user" (the
+	// rows that give files away, as root only).
+	otherUID = 65534
+
 	regLockName = "gpu.lock"
-	regDirName  = ".gpu.lock.waiters"
+	regDirName  = ".gpu.lock.queue"
 	sinceBase   = int64(1764470000000)
 )
+
+// ownDir is this user's directory in the registry, as offload-lock makes it.
+func ownDir() string { return "u" + strconv.Itoa(os.Geteuid()) }
 
 // entryName is a well-formed registry entry name for pid; n makes it unique.
 func entryName(pid, n int) string {
 	return fmt.Sprintf("%d-%012x.json", pid, n)
-}
-
-// selfStartTicks reads this process's start time (field 22 of
-// /proc/self/stat), parsed here independently of the package.
-func selfStartTicks(t *testing.T) uint64 {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		t.Skipf("no /proc/self/stat: %v", err)
-	}
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndex(s, ")")+1:])
-	ticks, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil || ticks == 0 {
-		t.Fatalf("starttime %q: %v", fields[19], err)
-	}
-	return ticks
-}
-
-// thisBootID is the current boot id, or "" when it cannot be read.
-func thisBootID() string {
-	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(data))
 }
 
 func thisHost(t *testing.T) string {
@@ -106,8 +88,6 @@ type rec struct {
 	since int64
 	gpu   string // JSON text; "" means null
 	gpus  string // JSON text; "" means 1
-	boot  string
-	ticks uint64
 	// more is raw JSON text of further keys, each with its leading comma
 	// (`,"priority":5`).
 	more string
@@ -121,12 +101,15 @@ func (r rec) json() string {
 	if gpus == "" {
 		gpus = "1"
 	}
-	return fmt.Sprintf(`{"pid":%s,"label":%q,"host":%q,"since":%d,"gpu":%s,"gpus":%s,"bootId":%q,"procTicks":%d%s}`,
-		r.pid, r.label, r.host, r.since, gpu, gpus, r.boot, r.ticks, r.more) + "\n"
+	return fmt.Sprintf(`{"pid":%s,"label":%q,"host":%q,"since":%d,"gpu":%s,"gpus":%s%s}`,
+		r.pid, r.label, r.host, r.since, gpu, gpus, r.more) + "\n"
 }
 
-// file is one directory entry of a registry to create.
+// file is one name to create in a registry.
 type file struct {
+	// in is the directory of the registry it goes in: "" for this user's
+	// (ownDir), "." for the registry itself.
+	in   string
 	name string
 	data string
 	// link, when set, makes name a symlink to this target instead.
@@ -137,18 +120,32 @@ type file struct {
 	// process, as a live waiter keeps its entry) until the test ends,
 	// unless unlocked; readLocked puts a read lock on it instead.
 	unlocked, readLocked bool
-	// chown, when not 0, gives the file to that uid (as root only).
+	// chown, when not 0, gives the file or directory to that uid (as root
+	// only).
 	chown int
 }
 
-// writeRegistry creates the registry directory under tmp with the files.
-func writeRegistry(t *testing.T, regDir string, files []file) {
+// writeRegistry creates the registry top (a directory beside the lock, and
+// this user's directory in it) and the files, in order. The regular files
+// get strictly increasing ctimes in that order (their arrival, as
+// offload-lock reads it): the clock that stamps ctime is coarse (a kernel
+// tick), so a file stamped like the one before is stamped again until it is
+// later.
+func writeRegistry(t *testing.T, top string, files []file) {
 	t.Helper()
-	if err := os.MkdirAll(regDir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(top, ownDir()), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	var last int64
 	for _, f := range files {
-		p := filepath.Join(regDir, f.name)
+		in := f.in
+		if in == "" {
+			in = ownDir()
+		}
+		p := filepath.Join(top, in, f.name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		var err error
 		switch {
 		case f.link != "":
@@ -156,17 +153,50 @@ func writeRegistry(t *testing.T, regDir string, files []file) {
 		case f.fifo:
 			err = syscall.Mkfifo(p, 0o600)
 		case f.dir:
-			err = os.Mkdir(p, 0o700)
+			err = os.Mkdir(p, 0o755)
 		default:
-			err = os.WriteFile(p, []byte(f.data), 0o600)
-			if err == nil && f.chown != 0 {
-				err = os.Lchown(p, f.chown, f.chown)
-			}
+			err = os.WriteFile(p, []byte(f.data), 0o644)
 			if err == nil && !f.unlocked {
 				lockEntry(t, p, f.readLocked)
 			}
+			if err == nil {
+				last = laterCtime(t, p, last)
+			}
+		}
+		if err == nil && f.chown != 0 {
+			err = os.Lchown(p, f.chown, f.chown)
 		}
 		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ctimeNs is the ctime of p in nanoseconds.
+func ctimeNs(t *testing.T, p string) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Ctim.Sec)*1e9 + int64(st.Ctim.Nsec)
+}
+
+// laterCtime stamps p's ctime again (chmod always sets it) until it is later
+// than after, and returns it. A kernel tick is a few milliseconds; the bound
+// only stops a clock that never moves.
+func laterCtime(t *testing.T, p string, after int64) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c := ctimeNs(t, p); c > after {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ctime of %s never passed %d", p, after)
+		}
+		time.Sleep(500 * time.Microsecond)
+		if err := os.Chmod(p, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -240,10 +270,9 @@ type waiterCase struct {
 	files []file
 	// noDir: the registry directory is not created at all.
 	noDir bool
-	// needBoot: the row depends on reading this boot's id; needNS on
-	// reading this process's pid namespace; needRoot on giving files away.
-	needBoot, needNS, needRoot bool
-	want                       []want
+	// needRoot: the row gives files away.
+	needRoot bool
+	want     []want
 	// queue, when not nil, is each waiter's place in the queue, in order.
 	queue []qwant
 }
@@ -255,16 +284,13 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 	t.Helper()
 	self := os.Getpid()
 	selfS := strconv.Itoa(self)
-	ticks := selfStartTicks(t)
 	host := thisHost(t)
-	boot := thisBootID()
 	dead := deadPID(t)
 	zombie := zombiePID(t)
-	ns := currentPidNamespace()
 
 	// live is an entry of this test process, as offload-lock would write it
 	// for itself.
-	live := rec{pid: selfS, label: "live", host: host, since: sinceBase, boot: boot, ticks: ticks}
+	live := rec{pid: selfS, label: "live", host: host, since: sinceBase}
 	liveWant := want{self, "live", host, sinceBase, -1, 1}
 	with := func(r rec, edit func(*rec)) rec { edit(&r); return r }
 	one := func(r rec) []file { return []file{{name: entryName(self, 1), data: r.json()}} }
@@ -279,18 +305,24 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		{name: "no registry directory", noDir: true},
 		{name: "empty registry"},
 		{name: "live entry", files: one(live), want: []want{liveWant}},
-		{name: "live entry without procTicks", files: one(with(live, func(r *rec) { r.ticks = 0 })), want: []want{liveWant}},
-		{name: "live entry without host or bootId", files: one(with(live, func(r *rec) { r.host, r.boot = "", "" })),
+		{name: "live entry without host", files: one(with(live, func(r *rec) { r.host = "" })),
 			want: []want{{self, "live", "", sinceBase, -1, 1}}},
 		{name: "minimal object", files: raw(`{"pid":` + selfS + `}`), want: []want{{self, "", "", 0, -1, 1}}},
-		{name: "dead pid", files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0 }).json()}}},
-		{name: "dead pid without host", files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.host, r.ticks = "", 0 }).json()}}},
-		{name: "zombie pid", files: []file{{name: entryName(zombie, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(zombie); r.ticks = 0 }).json()}}},
-		{name: "pid reused (other procTicks)", files: one(with(live, func(r *rec) { r.ticks = ticks + 1 }))},
-		{name: "other boot", needBoot: true, files: one(with(live, func(r *rec) { r.boot = "00000000-0000-0000-0000-000000000000" }))},
-		{name: "other host kept even with a dead pid and other boot",
-			files: []file{{name: entryName(dead, 1), data: rec{pid: strconv.Itoa(dead), label: "far", host: host + "-elsewhere", since: sinceBase, boot: "x", ticks: 1}.json()}},
-			want:  []want{{dead, "far", host + "-elsewhere", sinceBase, -1, 1}}},
+		// The write lock alone proves the waiter: its pid, host and the keys
+		// an older offload-lock judged liveness by do not count.
+		{name: "dead pid, write-locked", files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead) }).json()}},
+			want: []want{{dead, "live", host, sinceBase, -1, 1}}},
+		{name: "zombie pid, write-locked", files: []file{{name: entryName(zombie, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(zombie) }).json()}},
+			want: []want{{zombie, "live", host, sinceBase, -1, 1}}},
+		{name: "old liveness keys ignored", files: one(with(live, func(r *rec) {
+			r.more = `,"bootId":"00000000-0000-0000-0000-000000000000","procTicks":1,"queuedUs":-5,"pidNs":7`
+		})), want: []want{liveWant}},
+		{name: "other host", files: []file{{name: entryName(dead, 1), data: rec{pid: strconv.Itoa(dead), label: "far", host: host + "-elsewhere", since: sinceBase}.json()}},
+			want: []want{{dead, "far", host + "-elsewhere", sinceBase, -1, 1}}},
+		{name: "wake channel beside the entry is never opened", files: []file{
+			{name: strings.TrimSuffix(entryName(self, 1), ".json") + ".wake", fifo: true},
+			{name: entryName(self, 1), data: liveJSON},
+		}, want: []want{liveWant}},
 
 		// Names: only "<pid>-<12 lowercase hex>.json" is read.
 		{name: "bad names and files being written", files: []file{
@@ -316,37 +348,51 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 			{name: selfS + "-0123456789AB.json", data: liveJSON},
 		}, want: []want{liveWant}},
 		{name: "pid in the name must be the entry's", files: []file{{name: entryName(dead, 1), data: liveJSON}}},
-		{name: "pid in the name with a leading zero", files: []file{{name: "0" + entryName(self, 1), data: liveJSON}}},
+		// The name's digits are read as a number, at most 10 of them.
+		{name: "pid in the name with a leading zero", files: []file{{name: "0" + entryName(self, 1), data: liveJSON}}, want: []want{liveWant}},
+		{name: "pid in the name of 10 digits", files: []file{{name: fmt.Sprintf("%010d-%012x.json", self, 1), data: liveJSON}}, want: []want{liveWant}},
+		{name: "pid in the name of 11 digits", files: []file{{name: fmt.Sprintf("%011d-%012x.json", self, 1), data: liveJSON}}},
 
 		// The write lock is the proof of life.
 		{name: "entry not write-locked", files: []file{{name: entryName(self, 1), data: liveJSON, unlocked: true}}},
 		{name: "entry only read-locked", files: []file{{name: entryName(self, 1), data: liveJSON, readLocked: true}}},
-		{name: "other host, not write-locked", files: []file{{name: entryName(dead, 1), unlocked: true,
+		{name: "not write-locked, whatever it says", files: []file{{name: entryName(dead, 1), unlocked: true,
 			data: rec{pid: strconv.Itoa(dead), label: "far", host: host + "-elsewhere", since: sinceBase}.json()}}},
 		{name: "locked entry beside an unlocked one", files: []file{
 			{name: entryName(self, 1), data: with(live, func(r *rec) { r.label = "gone"; r.more = `,"priority":50` }).json(), unlocked: true},
 			{name: entryName(self, 2), data: liveJSON},
 		}, want: []want{liveWant}, queue: []qwant{{self, 1, 0, 0}}},
 
-		// Only the process's own user (or root) writes its entry: a file of
-		// another user naming a process here is a forgery, however locked.
-		{name: "another user's entry for this process", needRoot: true,
-			files: []file{{name: entryName(self, 1), data: liveJSON, chown: 65534}}},
-		{name: "another user's entry for a pid that is not here", needRoot: true,
-			files: []file{{name: entryName(farPID, 1), data: rec{pid: strconv.Itoa(farPID), label: "far", host: "far"}.json(), chown: 65534}},
-			want:  []want{{farPID, "far", "far", 0, -1, 1}}},
-		{name: "another user's entry from another pid namespace", needRoot: true, needNS: true,
-			files: []file{{name: entryName(self, 1), data: with(live, func(r *rec) { r.more = fmt.Sprintf(`,"pidNs":%d`, ns+1) }).json(), chown: 65534}},
-			want:  []want{liveWant}},
-
-		// Another pid namespace: its pid means nothing here, the lock decides.
-		{name: "other pid namespace, dead pid here", needNS: true,
-			files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = fmt.Sprintf(`,"pidNs":%d`, ns+1) }).json()}},
-			want:  []want{{dead, "live", host, sinceBase, -1, 1}}},
-		{name: "this pid namespace, dead pid", needNS: true,
-			files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = fmt.Sprintf(`,"pidNs":%d`, ns) }).json()}}},
-		{name: "pidNs 0 is unknown", files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = `,"pidNs":0` }).json()}}},
-		{name: "pidNs negative is ignored", files: []file{{name: entryName(dead, 1), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = `,"pidNs":-7` }).json()}}},
+		// A directory speaks for its owner, by owner not by name, and holds
+		// only its owner's entries; and only root's entries may name a
+		// process of another user.
+		{name: "another user's file in this user's directory", needRoot: true,
+			files: []file{{name: entryName(farPID, 1), data: rec{pid: strconv.Itoa(farPID), host: "far"}.json(), chown: otherUID}}},
+		{name: "this user's file in another user's directory", needRoot: true, files: []file{
+			{in: ".", name: "u" + strconv.Itoa(otherUID), dir: true, chown: otherUID},
+			{in: "u" + strconv.Itoa(otherUID), name: entryName(farPID, 1), data: rec{pid: strconv.Itoa(farPID), host: "far"}.json()},
+		}},
+		{name: "another user's entry for a pid that is not here", needRoot: true, files: []file{
+			{in: ".", name: "u" + strconv.Itoa(otherUID), dir: true, chown: otherUID},
+			{in: "u" + strconv.Itoa(otherUID), name: entryName(farPID, 1), data: rec{pid: strconv.Itoa(farPID), label: "far", host: "far"}.json(), chown: otherUID},
+		}, want: []want{{farPID, "far", "far", 0, -1, 1}}},
+		{name: "another user's entry for this process", needRoot: true, files: []file{
+			{in: ".", name: "u" + strconv.Itoa(otherUID), dir: true, chown: otherUID},
+			{in: "u" + strconv.Itoa(otherUID), name: entryName(self, 1), data: liveJSON, chown: otherUID},
+		}},
+		{name: "a directory of any name speaks for its owner", needRoot: true, files: []file{
+			{in: ".", name: "not-a-uid", dir: true, chown: otherUID},
+			{in: "not-a-uid", name: entryName(farPID, 1), data: rec{pid: strconv.Itoa(farPID), label: "far", host: "far"}.json(), chown: otherUID},
+		}, want: []want{{farPID, "far", "far", 0, -1, 1}}},
+		{name: "this user's entries in two directories", files: []file{
+			{in: ".", name: ownDir() + "-0a0b", dir: true},
+			{in: ownDir() + "-0a0b", name: entryName(farPID+2, 2), data: rec{pid: strconv.Itoa(farPID + 2), label: "second", host: "far"}.json()},
+			{name: entryName(farPID+1, 1), data: rec{pid: strconv.Itoa(farPID + 1), label: "third", host: "far"}.json()},
+		}, want: []want{{farPID + 2, "second", "far", 0, -1, 1}, {farPID + 1, "third", "far", 0, -1, 1}}},
+		{name: "entry in the registry itself", files: []file{{in: ".", name: entryName(self, 1), data: liveJSON}}},
+		{name: "symlinked user directory", files: []file{
+			{in: ".", name: "elsewhere", link: "../real-dir"},
+		}},
 
 		// Size.
 		{name: "entry at the 4 KiB cap", files: raw(atCap), want: []want{liveWant}},
@@ -386,8 +432,6 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		{name: "key PID is not pid", files: raw(`{"PID":` + selfS + `}`)},
 		{name: "last duplicate pid wins", files: raw(`{"pid":` + selfS + `,"pid":"x"}`)},
 		{name: "label not a string", files: raw(`{"pid":` + selfS + `,"label":7,"host":["h"]}`), want: []want{{self, "", "", 0, -1, 1}}},
-		{name: "procTicks negative is ignored", files: raw(`{"pid":` + selfS + `,"procTicks":-1}`), want: []want{{self, "", "", 0, -1, 1}}},
-		{name: "procTicks float is ignored", files: raw(`{"pid":` + selfS + `,"procTicks":1.5}`), want: []want{{self, "", "", 0, -1, 1}}},
 		{name: "since negative", files: raw(`{"pid":` + selfS + `,"since":-5}`), want: []want{{self, "", "", -5, -1, 1}}},
 		{name: "since 2^63 wraps", files: raw(`{"pid":` + selfS + `,"since":9223372036854775808}`), want: []want{{self, "", "", -1 << 63, -1, 1}}},
 		{name: "since float is ignored", files: raw(`{"pid":` + selfS + `,"since":1.5}`), want: []want{{self, "", "", 0, -1, 1}}},
@@ -413,24 +457,26 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		{name: "priority not an integer", files: one(with(live, func(r *rec) { r.more = `,"priority":1.5,"expectMs":"60000"` })), queue: []qwant{{self, 1, 0, 0}}, want: []want{liveWant}},
 		{name: "priority integral float ignored", files: one(with(live, func(r *rec) { r.more = `,"priority":5.0,"expectMs":6e4` })), queue: []qwant{{self, 1, 0, 0}}, want: []want{liveWant}},
 		{name: "expectMs 0, negative, null", files: []file{
-			{name: entryName(self, 1), data: with(live, func(r *rec) { r.more = `,"expectMs":0,"queuedUs":1` }).json()},
-			{name: entryName(self, 2), data: with(live, func(r *rec) { r.more = `,"expectMs":-5,"queuedUs":2` }).json()},
-			{name: entryName(self, 3), data: with(live, func(r *rec) { r.more = `,"expectMs":null,"queuedUs":3` }).json()},
+			{name: entryName(self, 1), data: with(live, func(r *rec) { r.more = `,"expectMs":0` }).json()},
+			{name: entryName(self, 2), data: with(live, func(r *rec) { r.more = `,"expectMs":-5` }).json()},
+			{name: entryName(self, 3), data: with(live, func(r *rec) { r.more = `,"expectMs":null` }).json()},
 		}, want: []want{liveWant, liveWant, liveWant}, queue: []qwant{{self, 1, 0, 0}, {self, 2, 0, 0}, {self, 3, 0, 0}}},
 
-		// Serving order: priority, then queuedUs, then pid, then name; since
-		// does not count. Positions per slot; a wait among slots has none.
-		{name: "served by priority, then arrival, then pid, then name", files: []file{
-			{name: entryName(self, 1), data: with(live, func(r *rec) { r.label = "c"; r.since = 1; r.more = `,"queuedUs":300` }).json()},
-			{name: entryName(4194354, 2), data: rec{pid: "4194354", label: "b", host: "far", since: sinceBase + 100, more: `,"queuedUs":100`}.json()},
-			{name: entryName(self, 3), data: with(live, func(r *rec) { r.label = "d"; r.more = `,"queuedUs":200,"priority":-10` }).json()},
-			{name: entryName(4194344, 4), data: rec{pid: "4194344", label: "a", host: "far", since: sinceBase + 900, more: `,"queuedUs":100`}.json()},
-			{name: entryName(dead, 5), data: with(live, func(r *rec) { r.pid = strconv.Itoa(dead); r.ticks = 0; r.more = `,"priority":99` }).json()},
-			{name: entryName(4194364, 6), data: rec{pid: "4194364", label: "e", host: "far", since: sinceBase, more: `,"queuedUs":1000,"priority":10,"expectMs":5000`}.json()},
-			{name: entryName(4194311, 7), data: rec{pid: "4194311", label: "f", host: "far", since: sinceBase, gpu: "1", gpus: "2", more: `,"queuedUs":1000`}.json()},
-			{name: entryName(4194311, 8), data: rec{pid: "4194311", label: "g", host: "far", since: sinceBase, more: `,"queuedUs":1000`}.json()},
-			{name: entryName(4194312, 9), data: rec{pid: "4194312", label: "h", host: "far", since: sinceBase, gpus: "2", more: `,"queuedUs":5`}.json()},
-			{name: entryName(4194313, 10), data: rec{pid: "4194313", label: "i", host: "far", since: sinceBase, gpu: "1", gpus: "2", more: `,"queuedUs":7`}.json()},
+		// Serving order: priority, then arrival (the entries are written in
+		// this order, each stamped later than the one before); since and
+		// the names do not count. Positions per slot; a wait among slots
+		// has none.
+		{name: "served by priority, then arrival", files: []file{
+			{name: entryName(4194312, 9), data: rec{pid: "4194312", label: "h", host: "far", since: sinceBase, gpus: "2"}.json()},
+			{name: entryName(4194313, 10), data: rec{pid: "4194313", label: "i", host: "far", since: sinceBase, gpu: "1", gpus: "2"}.json()},
+			{name: entryName(4194344, 4), data: rec{pid: "4194344", label: "a", host: "far", since: sinceBase + 900}.json()},
+			{name: entryName(4194354, 2), data: rec{pid: "4194354", label: "b", host: "far", since: sinceBase + 100}.json()},
+			{name: entryName(self, 3), data: with(live, func(r *rec) { r.label = "d"; r.more = `,"priority":-10` }).json()},
+			{name: entryName(self, 1), data: with(live, func(r *rec) { r.label = "c"; r.since = 1 }).json()},
+			{name: entryName(self, 5), data: with(live, func(r *rec) { r.label = "gone"; r.more = `,"priority":99` }).json(), unlocked: true},
+			{name: entryName(4194364, 6), data: rec{pid: "4194364", label: "e", host: "far", since: sinceBase, more: `,"priority":10,"expectMs":5000`}.json()},
+			{name: entryName(4194311, 8), data: rec{pid: "4194311", label: "f", host: "far", since: sinceBase, gpu: "1", gpus: "2"}.json()},
+			{name: entryName(4194311, 7), data: rec{pid: "4194311", label: "g", host: "far", since: sinceBase}.json()},
 		}, want: []want{
 			{4194364, "e", "far", sinceBase, -1, 1},
 			{4194312, "h", "far", sinceBase, -1, 2},
@@ -445,28 +491,28 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		// A wait among several slots restricted to some ("slots") is ahead
 		// only of those that would take one of them.
 		{name: "slots restrict a wait among several", files: []file{
-			{name: entryName(4194305, 1), data: rec{pid: "4194305", host: "far", gpus: "4", more: `,"queuedUs":1,"slots":[2,3]`}.json()},
-			{name: entryName(4194306, 2), data: rec{pid: "4194306", host: "far", gpu: "0", gpus: "4", more: `,"queuedUs":2`}.json()},
-			{name: entryName(4194307, 3), data: rec{pid: "4194307", host: "far", gpu: "3", gpus: "4", more: `,"queuedUs":3`}.json()},
-			{name: entryName(4194308, 4), data: rec{pid: "4194308", host: "far", gpus: "4", more: `,"queuedUs":4,"slots":[0,"1",1.0,1024,-1]`}.json()},
-			{name: entryName(4194309, 5), data: rec{pid: "4194309", host: "far", gpus: "4", more: `,"queuedUs":5,"slots":[]`}.json()},
-			{name: entryName(4194310, 6), data: rec{pid: "4194310", host: "far", gpu: "1", gpus: "4", more: `,"queuedUs":6,"slots":[1,2]`}.json()},
-			{name: entryName(4194311, 7), data: rec{pid: "4194311", host: "far", gpus: "4", more: `,"queuedUs":7,"slots":[9]`}.json()},
-			{name: entryName(4194312, 8), data: rec{pid: "4194312", host: "far", gpus: "2", more: `,"queuedUs":8,"slots":null`}.json()},
+			{name: entryName(4194305, 1), data: rec{pid: "4194305", host: "far", gpus: "4", more: `,"slots":[2,3]`}.json()},
+			{name: entryName(4194306, 2), data: rec{pid: "4194306", host: "far", gpu: "0", gpus: "4", more: ``}.json()},
+			{name: entryName(4194307, 3), data: rec{pid: "4194307", host: "far", gpu: "3", gpus: "4", more: ``}.json()},
+			{name: entryName(4194308, 4), data: rec{pid: "4194308", host: "far", gpus: "4", more: `,"slots":[0,"1",1.0,1024,-1]`}.json()},
+			{name: entryName(4194309, 5), data: rec{pid: "4194309", host: "far", gpus: "4", more: `,"slots":[]`}.json()},
+			{name: entryName(4194310, 6), data: rec{pid: "4194310", host: "far", gpu: "1", gpus: "4", more: `,"slots":[1,2]`}.json()},
+			{name: entryName(4194311, 7), data: rec{pid: "4194311", host: "far", gpus: "4", more: `,"slots":[9]`}.json()},
+			{name: entryName(4194312, 8), data: rec{pid: "4194312", host: "far", gpus: "2", more: `,"slots":null`}.json()},
 		}, want: []want{
 			{4194305, "", "far", 0, -1, 4}, {4194306, "", "far", 0, 0, 4}, {4194307, "", "far", 0, 3, 4}, {4194308, "", "far", 0, -1, 4},
 			{4194309, "", "far", 0, -1, 4}, {4194310, "", "far", 0, 1, 4}, {4194311, "", "far", 0, -1, 4}, {4194312, "", "far", 0, -1, 2},
 		}, queue: []qwant{{4194305, 1, 0, 0}, {4194306, 1, 0, 0}, {4194307, 2, 0, 0}, {4194308, 2, 0, 0}, {4194309, 5, 0, 0}, {4194310, 2, 0, 0}, {4194311, 1, 0, 0}, {4194312, 5, 0, 0}}},
 
 		// File types: only regular files are read, never through a link.
-		{name: "symlinked entry", files: []file{{name: entryName(self, 1), link: "../target.json"}}},
-		{name: "dangling symlinked entry", files: []file{{name: entryName(self, 1), link: "../missing.json"}}},
+		{name: "symlinked entry", files: []file{{name: entryName(self, 1), link: "../../target.json"}}},
+		{name: "dangling symlinked entry", files: []file{{name: entryName(self, 1), link: "../../missing.json"}}},
 		{name: "directory named as an entry", files: []file{{name: entryName(self, 1), dir: true}}},
 		{name: "FIFO named as an entry", files: []file{{name: entryName(self, 1), fifo: true}}},
 	}
 	kept := cases[:0]
 	for _, c := range cases {
-		if (c.needBoot && boot == "") || (c.needNS && ns == 0) || (c.needRoot && os.Geteuid() != 0) {
+		if c.needRoot && os.Geteuid() != 0 {
 			continue
 		}
 		kept = append(kept, c)
@@ -479,9 +525,18 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 func setUpCase(t *testing.T, tc waiterCase, liveJSON string) string {
 	t.Helper()
 	tmp := t.TempDir()
-	// A live entry outside the registry, for the symlink rows.
-	if err := os.WriteFile(filepath.Join(tmp, "target.json"), []byte(liveJSON), 0o600); err != nil {
-		t.Fatal(err)
+	// A live entry and a directory holding one outside the registry, for
+	// the symlink rows: write-locked, so that only the link hides them.
+	target := filepath.Join(tmp, "target.json")
+	real := filepath.Join(tmp, "real-dir", entryName(os.Getpid(), 1))
+	for _, p := range []string{target, real} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(liveJSON), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		lockEntry(t, p, false)
 	}
 	if !tc.noDir {
 		writeRegistry(t, filepath.Join(tmp, regDirName), tc.files)
@@ -606,48 +661,114 @@ func checkWaiters(t *testing.T, got []Waiter, wantList []want) {
 	}
 }
 
-// TestWaitersOrder checks the serving order on many ties (priority, then
-// queuedUs, then pid, then name), written in shuffled order under shuffled
-// names, so that neither the directory's order nor since can pass for it.
+// TestWaitersOrder checks the serving order on many ties of priority,
+// written in shuffled order under shuffled names, so that neither the
+// directory's order, the names nor since can pass for arrival.
 func TestWaitersOrder(t *testing.T) {
 	tmp := t.TempDir()
 	type key struct {
 		priority int
-		queued   int64
 		pid      int
-		n        int // the name's hex part
 	}
 	var keys []key
 	for _, p := range []int{10, 0, -3} {
-		for q := int64(0); q < 3; q++ {
-			for pid := farPID + 100; pid < farPID+104; pid++ {
-				for n := 0; n < 2; n++ {
-					keys = append(keys, key{p, 1000 + q, pid, n})
-				}
-			}
+		for pid := farPID + 100; pid < farPID+110; pid++ {
+			keys = append(keys, key{p, pid})
 		}
-	}
-	// keys is in serving order already.
-	var wantList []qwant
-	for _, k := range keys {
-		wantList = append(wantList, qwant{k.pid, len(wantList) + 1, k.priority, 0})
 	}
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	var files []file
-	for _, i := range rng.Perm(len(keys)) {
+	arrived := map[int][]int{} // by priority: pids in the order written
+	for n, i := range rng.Perm(len(keys)) {
 		k := keys[i]
+		arrived[k.priority] = append(arrived[k.priority], k.pid)
 		files = append(files, file{
-			// Among ties the name decides, and i grows in serving order.
-			name: entryName(k.pid, i),
-			// since runs against the order, to show it does not count.
-			data: rec{pid: strconv.Itoa(k.pid), host: "far", since: sinceBase - int64(i),
-				more: fmt.Sprintf(`,"priority":%d,"queuedUs":%d`, k.priority, k.queued)}.json(),
+			// Name and since both run against the order written.
+			name: entryName(k.pid, 1000-n),
+			data: rec{pid: strconv.Itoa(k.pid), host: "far", since: sinceBase - int64(n),
+				more: fmt.Sprintf(`,"priority":%d`, k.priority)}.json(),
 		})
 	}
+	var wantList []qwant
+	for _, p := range []int{10, 0, -3} {
+		for _, pid := range arrived[p] {
+			wantList = append(wantList, qwant{pid, len(wantList) + 1, p, 0})
+		}
+	}
 	writeRegistry(t, filepath.Join(tmp, regDirName), files)
-	if got := gotQueue(Waiters(filepath.Join(tmp, regLockName))); fmt.Sprint(got) != fmt.Sprint(wantList) {
+	lockPath := filepath.Join(tmp, regLockName)
+	if got := gotQueue(Waiters(lockPath)); fmt.Sprint(got) != fmt.Sprint(wantList) {
 		t.Fatalf("got  %v\nwant %v", got, wantList)
 	}
+	if bin := offloadLockBin(t); bin != "" {
+		if theirs := cliQueue(t, bin, lockPath); fmt.Sprint(theirs) != fmt.Sprint(wantList) {
+			t.Fatalf("offload-lock %v\nwant         %v", theirs, wantList)
+		}
+	}
+}
+
+// TestServedBeforeTies checks what orders entries of the same priority and
+// arrival (a coarse clock stamps files in the same tick alike): the
+// author's uid, then the directory, then the name.
+func TestServedBeforeTies(t *testing.T) {
+	e := func(priority int, arrival int64, uid uint32, dir, name string) queuedEntry {
+		return queuedEntry{rec: waiterRecord{priority: priority}, arrival: arrival, uid: uid, dir: dir, name: name}
+	}
+	ordered := []queuedEntry{
+		e(5, 900, 9, "z", "z"),
+		e(0, 100, 9, "z", "z"),
+		e(0, 200, 1, "a", "a"),
+		e(0, 200, 2, "a", "a"),
+		e(0, 200, 2, "b", "a"),
+		e(0, 200, 2, "b", "b"),
+		e(-1, 0, 0, "a", "a"),
+	}
+	for i := range ordered {
+		for j := range ordered {
+			if got, want := servedBefore(&ordered[i], &ordered[j]), i < j; got != want {
+				t.Errorf("servedBefore(%+v, %+v) = %t, want %t", ordered[i], ordered[j], got, want)
+			}
+		}
+	}
+}
+
+// cliQueue is the queue `offload-lock --json status` reports for lockPath,
+// as qwants.
+func cliQueue(t *testing.T, bin, lockPath string) []qwant {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, "--lock", lockPath, "--json", "status")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// Exit status 1 means free, the usual case here.
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Fatalf("status: %v; stderr: %s", err, stderr.String())
+		}
+	}
+	var board struct {
+		Waiters []struct {
+			PID      int    `json:"pid"`
+			Position *int   `json:"position"`
+			Priority int    `json:"priority"`
+			ExpectMs *int64 `json:"expectMs"`
+		} `json:"waiters"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &board); err != nil {
+		t.Fatalf("status output %q: %v", stdout.String(), err)
+	}
+	ws := board.Waiters
+	var out []qwant
+	for _, w := range ws {
+		q := qwant{pid: w.PID, priority: w.Priority}
+		if w.Position != nil {
+			q.position = *w.Position
+		}
+		if w.ExpectMs != nil {
+			q.expectMs = *w.ExpectMs
+		}
+		out = append(out, q)
+	}
+	return out
 }
 
 func TestWaitersWaitedNeverNegative(t *testing.T) {
@@ -708,8 +829,8 @@ func TestWaitersRegistryNotADirectory(t *testing.T) {
 		}
 	})
 	t.Run("symlinked parent is followed", func(t *testing.T) {
-		// Only the registry itself and its entries must not be links; the
-		// lock's parent may be reached through one, as with the lock.
+		// Only the registry and what is in it must not be links; the lock's
+		// parent may be reached through one, as with the lock.
 		tmp := t.TempDir()
 		writeRegistry(t, filepath.Join(tmp, "real", regDirName), []file{{name: entryName(self, 1), data: liveJSON}})
 		if err := os.Symlink(filepath.Join(tmp, "real"), filepath.Join(tmp, "link")); err != nil {
@@ -719,75 +840,169 @@ func TestWaitersRegistryNotADirectory(t *testing.T) {
 			t.Fatalf("got %v, want this process", gotWants(got))
 		}
 	})
-	t.Run("unreadable registry", func(t *testing.T) {
+	t.Run("unreadable user directory", func(t *testing.T) {
 		if os.Geteuid() == 0 {
 			t.Skip("root reads any directory")
 		}
 		tmp := t.TempDir()
 		reg := filepath.Join(tmp, regDirName)
 		writeRegistry(t, reg, []file{{name: entryName(self, 1), data: liveJSON}})
-		if err := os.Chmod(reg, 0); err != nil {
+		if err := os.Chmod(filepath.Join(reg, ownDir()), 0); err != nil {
 			t.Fatal(err)
 		}
-		defer os.Chmod(reg, 0o700)
+		defer os.Chmod(filepath.Join(reg, ownDir()), 0o755)
 		if got := Waiters(filepath.Join(tmp, regLockName)); got != nil {
 			t.Fatalf("got %v, want nil", gotWants(got))
 		}
 	})
 }
 
-func TestWaitersEntryCap(t *testing.T) {
-	tmp := t.TempDir()
-	reg := filepath.Join(tmp, regDirName)
-	var files []file
-	// Files being written and foreign names do not count towards the cap.
-	for i := 0; i < 20; i++ {
-		files = append(files, file{name: fmt.Sprintf(".%d-%012x.tmp", i+1, i), data: "{}"})
-		files = append(files, file{name: fmt.Sprintf("other-%d", i), data: "{}"})
+// TestWaitersBounds checks the bounded reading of a flooded registry: the
+// first names of another user's directory, the first other users'
+// directories by name, the first names of the registry. Each count is also
+// what offload-lock reports of the same registry.
+func TestWaitersBounds(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to write entries of other users")
 	}
-	for i := 0; i < maxWaiterEntries; i++ {
-		files = append(files, file{name: entryName(farPID+i+1, i), data: rec{pid: strconv.Itoa(farPID + i + 1), host: "far", since: sinceBase + int64(i)}.json()})
-	}
-	writeRegistry(t, reg, files)
-	lockPath := filepath.Join(tmp, regLockName)
-	got := Waiters(lockPath)
-	if len(got) != maxWaiterEntries {
-		t.Fatalf("%d entries: got %d waiters, want all", maxWaiterEntries, len(got))
-	}
-	for i := range got {
-		if got[i].PID != farPID+i+1 {
-			t.Fatalf("waiter %d has pid %d, want %d (oldest first)", i, got[i].PID, farPID+i+1)
+	bin := offloadLockBin(t)
+	agree := func(t *testing.T, lockPath string, got []Waiter) {
+		t.Helper()
+		if bin == "" {
+			return
+		}
+		if theirs := cliQueue(t, bin, lockPath); fmt.Sprint(theirs) != fmt.Sprint(gotQueue(got)) {
+			t.Fatalf("Waiters %v\noffload-lock %v", gotQueue(got), theirs)
 		}
 	}
-
-	// Past the cap, the extra entries are not considered.
-	writeRegistry(t, reg, []file{
-		{name: entryName(farPID+90001, 1), data: rec{pid: strconv.Itoa(farPID + 90001), host: "far", since: 1}.json()},
-		{name: entryName(farPID+90002, 2), data: rec{pid: strconv.Itoa(farPID + 90002), host: "far", since: 2}.json()},
-	})
-	if got := Waiters(lockPath); len(got) != maxWaiterEntries {
-		t.Fatalf("%d entries: got %d waiters, want %d", maxWaiterEntries+2, len(got), maxWaiterEntries)
+	entry := func(in string, pid, uid int) file {
+		return file{in: in, name: entryName(pid, 1), data: rec{pid: strconv.Itoa(pid), host: "far"}.json(), chown: uid}
 	}
+	other := "u" + strconv.Itoa(otherUID)
+
+	t.Run("names of another user's directory", func(t *testing.T) {
+		tmp := t.TempDir()
+		top := filepath.Join(tmp, regDirName)
+		files := []file{{in: ".", name: other, dir: true, chown: otherUID}}
+		for i := 0; i < maxForeignNames+40; i++ {
+			files = append(files, entry(other, farPID+i, otherUID))
+		}
+		writeRegistry(t, top, files)
+		// Which names come first is the file system's order: read here as
+		// the rule says, independently of the package.
+		d, err := os.Open(filepath.Join(top, other))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := d.Readdirnames(maxForeignNames)
+		d.Close()
+		if err != nil || len(first) != maxForeignNames {
+			t.Fatalf("listing: %d names, %v", len(first), err)
+		}
+		got := Waiters(filepath.Join(tmp, regLockName))
+		if len(got) != maxForeignNames {
+			t.Fatalf("%d entries of another user: got %d waiters, want %d", maxForeignNames+40, len(got), maxForeignNames)
+		}
+		listed := map[string]bool{}
+		for _, n := range first {
+			listed[n] = true
+		}
+		for _, w := range got {
+			if !listed[entryName(w.PID, 1)] {
+				t.Fatalf("pid %d listed, but its entry is not among the first %d names", w.PID, maxForeignNames)
+			}
+		}
+		agree(t, filepath.Join(tmp, regLockName), got)
+	})
+	t.Run("this user's directory is read in full", func(t *testing.T) {
+		tmp := t.TempDir()
+		var files []file
+		for i := 0; i < maxForeignNames+40; i++ {
+			files = append(files, entry("", farPID+i, 0))
+		}
+		writeRegistry(t, filepath.Join(tmp, regDirName), files)
+		got := Waiters(filepath.Join(tmp, regLockName))
+		if len(got) != maxForeignNames+40 {
+			t.Fatalf("got %d waiters, want all %d", len(got), maxForeignNames+40)
+		}
+		agree(t, filepath.Join(tmp, regLockName), got)
+	})
+	t.Run("other users' directories", func(t *testing.T) {
+		tmp := t.TempDir()
+		var files []file
+		// Written in reverse, so that the order of names is not the order
+		// of arrival.
+		for i := maxForeignDirs + 5; i > 0; i-- {
+			dir := fmt.Sprintf("u%d", 60000+i)
+			files = append(files, file{in: ".", name: dir, dir: true, chown: 60000 + i}, entry(dir, farPID+i, 60000+i))
+		}
+		writeRegistry(t, filepath.Join(tmp, regDirName), files)
+		got := Waiters(filepath.Join(tmp, regLockName))
+		if len(got) != maxForeignDirs {
+			t.Fatalf("%d other users: got %d waiters, want %d", maxForeignDirs+5, len(got), maxForeignDirs)
+		}
+		// The first 64 by name: u60001 .. u60064, which arrived last first.
+		for k, w := range got {
+			if want := farPID + maxForeignDirs - k; w.PID != want {
+				t.Fatalf("waiter %d: pid %d, want %d", k, w.PID, want)
+			}
+		}
+		agree(t, filepath.Join(tmp, regLockName), got)
+	})
+	t.Run("names of the registry", func(t *testing.T) {
+		tmp := t.TempDir()
+		top := filepath.Join(tmp, regDirName)
+		var files []file
+		for i := 0; i < maxTopNames+40; i++ {
+			dir := fmt.Sprintf("d%03d", i)
+			files = append(files, file{in: ".", name: dir, dir: true, chown: otherUID}, entry(dir, farPID+i, otherUID))
+		}
+		writeRegistry(t, top, files)
+		d, err := os.Open(top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := d.Readdirnames(maxTopNames)
+		d.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for _, n := range first {
+			if strings.HasPrefix(n, "d") {
+				seen++
+			}
+		}
+		want := seen
+		if want > maxForeignDirs {
+			want = maxForeignDirs
+		}
+		got := Waiters(filepath.Join(tmp, regLockName))
+		if len(got) != want {
+			t.Fatalf("got %d waiters, want %d (of %d directories among the first %d names)", len(got), want, seen, maxTopNames)
+		}
+		agree(t, filepath.Join(tmp, regLockName), got)
+	})
 }
 
-func TestWaitersDir(t *testing.T) {
+func TestQueueDir(t *testing.T) {
 	tests := []struct {
-		lock, dir string
+		lock, parent, name string
 	}{
-		{"/tmp/local-offload-gpu.lock", "/tmp/.local-offload-gpu.lock.waiters"},
-		{"/tmp/local-offload-gpu.lock/", "/tmp/.local-offload-gpu.lock.waiters"},
-		{"/tmp/local-offload-gpu.lock//", "/tmp/.local-offload-gpu.lock.waiters"},
-		{"/gpu.lock", "/.gpu.lock.waiters"},
-		{"gpu.lock", ".gpu.lock.waiters"},
-		{"a/b/gpu.lock", "a/b/.gpu.lock.waiters"},
-		{"", ""},
-		{"/", ""},
-		{"//", ""},
+		{"/tmp/local-offload-gpu.lock", "/tmp", ".local-offload-gpu.lock.queue"},
+		{"/tmp/local-offload-gpu.lock/", "/tmp", ".local-offload-gpu.lock.queue"},
+		{"/tmp/local-offload-gpu.lock//", "/tmp", ".local-offload-gpu.lock.queue"},
+		{"/gpu.lock", "/", ".gpu.lock.queue"},
+		{"gpu.lock", ".", ".gpu.lock.queue"},
+		{"a/b/gpu.lock", "a/b", ".gpu.lock.queue"},
+		{"", "", ""},
+		{"/", "", ""},
+		{"//", "", ""},
 	}
 	for _, tc := range tests {
-		dir, ok := waitersDir(tc.lock)
-		if dir != tc.dir || ok != (tc.dir != "") {
-			t.Errorf("waitersDir(%q) = %q, %t; want %q", tc.lock, dir, ok, tc.dir)
+		parent, name, ok := queueDir(tc.lock)
+		if parent != tc.parent || name != tc.name || ok != (tc.name != "") {
+			t.Errorf("queueDir(%q) = %q, %q, %t; want %q, %q", tc.lock, parent, name, ok, tc.parent, tc.name)
 		}
 	}
 	if got := Waiters(""); got != nil {
@@ -822,7 +1037,7 @@ func snapshot(t *testing.T, root string) string {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "%s %v %d %d", p, fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+		fmt.Fprintf(&b, "%s %v %d %d %d", p, fi.Mode(), fi.Size(), fi.ModTime().UnixNano(), ctimeNs(t, p))
 		if fi.Mode().IsRegular() {
 			data, err := os.ReadFile(p)
 			if err != nil {
@@ -841,16 +1056,18 @@ func snapshot(t *testing.T, root string) string {
 
 func TestWaitersDoesNotModify(t *testing.T) {
 	tmp := t.TempDir()
-	dead := deadPID(t)
+	self := os.Getpid()
 	writeRegistry(t, filepath.Join(tmp, regDirName), []file{
-		{name: entryName(dead, 1), data: rec{pid: strconv.Itoa(dead)}.json()},
-		{name: entryName(os.Getpid(), 2), data: rec{pid: strconv.Itoa(os.Getpid())}.json()},
+		{name: entryName(self, 1), data: rec{pid: strconv.Itoa(self)}.json(), unlocked: true},
+		{name: entryName(self, 2), data: rec{pid: strconv.Itoa(self)}.json()},
+		{name: strings.TrimSuffix(entryName(self, 2), ".json") + ".wake", fifo: true},
 		{name: ".1-000000000000.tmp", data: "{"},
 		{name: "junk", data: "x"},
+		{in: ".", name: "junk", data: "x"},
 	})
 	before := snapshot(t, tmp)
 	if got := Waiters(filepath.Join(tmp, regLockName)); len(got) != 1 {
-		t.Fatalf("got %v, want only this process", gotWants(got))
+		t.Fatalf("got %v, want only the locked entry", gotWants(got))
 	}
 	if after := snapshot(t, tmp); after != before {
 		t.Fatalf("Waiters changed the tree:\nbefore:\n%s\nafter:\n%s", before, after)

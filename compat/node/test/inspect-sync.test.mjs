@@ -9,19 +9,28 @@ import { acquireGpuLock, acquireSync, inspect, releaseSync } from '../index.mjs'
 import { INDEX_URL, T, cleanEnv, deadPid, makeLock, nodeEvalSync, readMetaFile, tempDir, waitFor } from './helpers.mjs';
 
 const SLOT_KEYS = ['path', 'held', 'pid', 'startedAt', 'heldForMs', 'label', 'host', 'token', 'stale', 'ownerUid',
-  'v1Stale', 'otherPidNamespace', 'gpu', 'device', 'priority', 'expectMs', 'freeInMs', 'yieldRequested'];
-const KEYS = [...SLOT_KEYS, 'slots', 'waiters'].sort();
+  'v1Stale', 'otherPidNamespace', 'gpu', 'device', 'priority', 'expectMs', 'freeInMs', 'maxHoldMs', 'maxHoldInMs', 'yieldRequested'];
+const KEYS = [...SLOT_KEYS, 'slots', 'waiters', 'gpulease'].sort();
 
 test('inspect on a free lock: held false, every other value null (or false)', T, (t) => {
-  const lock = path.join(tempDir(t), 'gpu.lock');
+  const dir = tempDir(t);
+  const lock = path.join(dir, 'gpu.lock');
+  // No gpulease root (whatever this machine has): its member is null.
+  const saved = process.env.OFFLOAD_LOCK_LEASE_ROOT;
+  process.env.OFFLOAD_LOCK_LEASE_ROOT = path.join(dir, 'no-lease-root');
+  t.after(() => {
+    if (saved === undefined) delete process.env.OFFLOAD_LOCK_LEASE_ROOT;
+    else process.env.OFFLOAD_LOCK_LEASE_ROOT = saved;
+  });
   const s = inspect(lock);
   assert.deepEqual(Object.keys(s).sort(), KEYS);
   const slot = {
     path: lock, held: false, pid: null, startedAt: null, heldForMs: null,
     label: null, host: null, token: null, stale: null, ownerUid: null, v1Stale: null, otherPidNamespace: false,
-    gpu: 0, device: null, priority: null, expectMs: null, freeInMs: 0, yieldRequested: null,
+    gpu: 0, device: null, priority: null, expectMs: null, freeInMs: 0, maxHoldMs: null, maxHoldInMs: null,
+    yieldRequested: null,
   };
-  assert.deepEqual(s, { ...slot, slots: [slot], waiters: [] });
+  assert.deepEqual(s, { ...slot, slots: [slot], waiters: [], gpulease: null });
 });
 
 test('inspect lists the offload-lock processes waiting for the lock, in queue order', T, async (t) => {

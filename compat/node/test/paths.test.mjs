@@ -81,8 +81,9 @@ function fakeBinary(dir) {
 function packageCopy(root) {
   const dir = path.join(root, 'compat', 'node');
   fs.mkdirSync(dir, { recursive: true });
-  fs.copyFileSync(INDEX, path.join(dir, 'index.mjs'));
-  fs.copyFileSync(path.join(PKG_DIR, 'package.json'), path.join(dir, 'package.json'));
+  for (const f of ['index.mjs', 'errors.mjs', 'handle.mjs', 'package.json']) {
+    fs.copyFileSync(path.join(PKG_DIR, f), path.join(dir, f));
+  }
   return pathToFileURL(path.join(dir, 'index.mjs')).href;
 }
 

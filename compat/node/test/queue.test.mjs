@@ -16,15 +16,18 @@ function cliStatus(lock) {
   return JSON.parse(r.stdout);
 }
 
-// The registry entries of the lock's queue (none when the directory is gone).
+// What is left of the lock's queue registry: the names in its user
+// directories, and anything else in it (none when the registry is gone).
 function entries(lock) {
-  const dir = path.join(path.dirname(lock), `.${path.basename(lock)}.waiters`);
+  const dir = path.join(path.dirname(lock), `.${path.basename(lock)}.queue`);
+  let users;
   try {
-    return fs.readdirSync(dir);
+    users = fs.readdirSync(dir, { withFileTypes: true });
   } catch (err) {
     if (err.code === 'ENOENT') return [];
     throw err;
   }
+  return users.flatMap((u) => (u.isDirectory() ? fs.readdirSync(path.join(dir, u.name)).map((n) => `${u.name}/${n}`) : [u.name]));
 }
 
 async function waitForWaiters(lock, n) {

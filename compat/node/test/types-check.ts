@@ -32,6 +32,7 @@ import type {
   GpuLockHandle,
   LockInfo,
   LockStatus,
+  LostError,
   OffloadLockError,
   Priority,
   ProgressHolder,
@@ -143,6 +144,9 @@ expectType<
       label?: string;
       priority?: Priority;
       expectMs?: number;
+      gpus?: number | 'auto';
+      gpu?: number;
+      onLost?: (err: LostError) => void;
       signal?: AbortSignalLike;
       onProgress?: (progress: WaitProgress) => void;
     }
@@ -152,7 +156,14 @@ expectType<Exact<AbortSignalLike['aborted'], boolean>>();
 expectType<
   Exact<
     WaitProgress,
-    { event: 'waiting'; changed: boolean; waitedMs: number; position: number | null; holders: ProgressHolder[] }
+    {
+      event: 'waiting';
+      changed: boolean;
+      waitedMs: number;
+      position: number | null;
+      etaMs: number | null;
+      holders: ProgressHolder[];
+    }
   >
 >();
 expectType<ProgressHolder extends LockInfo ? true : false>();
@@ -210,6 +221,11 @@ expectType<Exact<LockStatus['slots'], SlotStatus[]>>();
 expectType<Exact<LockStatus['waiters'], Waiter[]>>();
 expectType<Exact<LockStatus['gpu'], number>>();
 expectType<Exact<GpuLockHandle['release'], () => void>>();
+expectType<Exact<GpuLockHandle['releaseAsync'], () => Promise<boolean>>>();
+expectType<Exact<GpuLockHandle['gpu'], number>>();
+expectType<Exact<GpuLockHandle['lost'], LostError | null>>();
+expectType<Exact<LostError['code'], 'ERR_OFFLOAD_LOCK_LOST'>>();
+expectType<LostError extends OffloadLockError ? true : false>();
 
 // --- functions, as a runner uses them --------------------------------------
 
@@ -243,6 +259,15 @@ async function runner(): Promise<void> {
   lock.token = 'other';
   // @ts-expect-error release is synchronous and returns nothing
   await lock.release().then(() => {});
+  const gone: boolean = await lock.releaseAsync();
+  // @ts-expect-error gpu is a slot number, not a string
+  const slotName: string = lock.gpu;
+  void gone, slotName;
+  await acquireGpuLock({ gpus: 'auto', gpu: 1, onLost: (err) => { const c: 'ERR_OFFLOAD_LOCK_LOST' = err.code; void c, err.signal; } });
+  // @ts-expect-error gpus is a count or 'auto'
+  await acquireGpuLock({ gpus: 'all' });
+  // @ts-expect-error onLost takes the error
+  await acquireGpuLock({ onLost: (n: number) => n });
   void token, holder, held, dir;
 
   await acquireGpuLock();

@@ -5,9 +5,11 @@ package index.
 The wheel holds the pure-Python package and, next to it, the
 liboffload_lock.so it is to load, copied from (first match wins):
 $OFFLOAD_LOCK_LIBRARY, then the build tree of this checkout
-($BUILD_DIR, else ../../build). Set OFFLOAD_LOCK_NO_BUNDLE=1 to leave it out
-and use the system's (cmake --install) at run time. Because of the bundled
-library the wheel is tagged for this platform.
+($BUILD_DIR, else ../../build; a relative BUILD_DIR is taken from the
+checkout's root), stripped of its debugging symbols (`strip`, when
+binutils has it). Set OFFLOAD_LOCK_NO_BUNDLE=1 to leave it out and use the
+system's (cmake --install) at run time. Because of the bundled library the
+wheel is tagged for this platform. Any python3 >= 3.9 builds it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
+import subprocess
+import sys
 import sysconfig
+import tempfile
 import zipfile
 
 NAME = "offload_lock"
@@ -33,15 +39,32 @@ def _library() -> str | None:
         if not os.path.isfile(env):
             raise RuntimeError(f"OFFLOAD_LOCK_LIBRARY={env}: no such file")
         return env
-    build = os.environ.get("BUILD_DIR") or os.path.join(ROOT, "build")
+    build = os.path.join(ROOT, os.environ.get("BUILD_DIR") or "build")  # join keeps an absolute BUILD_DIR
     lib = os.path.join(build, "liboffload_lock.so")
     if os.path.isfile(lib):
         return os.path.realpath(lib)
-    raise RuntimeError(
-        f"offload_lock: {lib} not found. Build the library first (scripts/build), "
+    # One line, not a traceback: pip shows what the backend printed.
+    sys.stderr.write(
+        f"offload_lock: {lib} not found. Build the library first (scripts/build --command-only builds it), "
         "or set OFFLOAD_LOCK_LIBRARY to a liboffload_lock.so, "
-        "or OFFLOAD_LOCK_NO_BUNDLE=1 to use an installed one at run time."
+        "or OFFLOAD_LOCK_NO_BUNDLE=1 to use an installed one at run time.\n"
     )
+    raise SystemExit(1)
+
+
+def _stripped(path: str) -> bytes:
+    """The library's bytes without debugging symbols: what a wheel needs
+    (the build tree's copy keeps them for debuggers)."""
+    strip = shutil.which("strip")
+    if strip:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "liboffload_lock.so")
+            r = subprocess.run([strip, "--strip-unneeded", "-o", out, path], capture_output=True)
+            if r.returncode == 0:
+                with open(out, "rb") as f:
+                    return f.read()
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _tag() -> str:
@@ -60,7 +83,7 @@ def _metadata() -> str:
         "Metadata-Version: 2.1\n"
         f"Name: offload-lock\nVersion: {VERSION}\n"
         "Summary: The machine-wide GPU lock (offload-lock) for Python\n"
-        "Requires-Python: >=3.8\n"
+        "Requires-Python: >=3.9\n"
         "Description-Content-Type: text/markdown\n\n" + readme
     )
 
@@ -79,8 +102,7 @@ def _files():
                 yield f"{NAME}/{entry}", f.read()
     lib = _library()
     if lib:
-        with open(lib, "rb") as f:
-            yield f"{NAME}/liboffload_lock.so", f.read()
+        yield f"{NAME}/liboffload_lock.so", _stripped(lib)
 
 
 def get_requires_for_build_wheel(config_settings=None):

@@ -13,22 +13,24 @@ taken and released by the project's C++ library through its C API.
 See lock() for the contract; compat/python/README.md for installation.
 """
 
-from ._lock import (
-    Busy,
-    Handle,
-    Lock,
-    LockError,
-    Timeout,
-    WaitProgress,
-    default_path,
-    inspect,
-    lock,
-    lock_async,
+from ._api import lock, lock_async
+from ._errors import Busy, LockError, Timeout
+from ._handle import Handle
+from ._inspect import default_path, inspect, waiters
+from ._lock import Lock
+from ._native import library_path
+from ._wait_line import WaitProgress
+from ._words import (
+    describe_duration,
+    describe_holder,
+    describe_state,
+    gpu_count,
+    gpu_slot_path,
     parse_duration,
     parse_priority,
-    waiters,
+    visible_gpus,
 )
-from ._native import library_path
+from ._lease import find_lease, inspect_lease
 
 __all__ = [
     "Busy",
@@ -38,12 +40,20 @@ __all__ = [
     "Timeout",
     "WaitProgress",
     "default_path",
+    "describe_duration",
+    "describe_holder",
+    "describe_state",
+    "find_lease",
+    "gpu_count",
+    "gpu_slot_path",
     "inspect",
+    "inspect_lease",
     "library_path",
     "lock",
     "lock_async",
     "parse_duration",
     "parse_priority",
+    "visible_gpus",
     "waiters",
     "__version__",
 ]

@@ -1,21 +1,28 @@
 """The C API of liboffload_lock (include/offload_lock/offload_lock.h) through ctypes.
 
-Where the library comes from, first match wins:
+Where the library comes from, first match wins (see _library_candidates):
 
-1. the file named by the environment variable ``OFFLOAD_LOCK_LIBRARY``;
+1. the file named by the environment variable ``OFFLOAD_LOCK_LIBRARY``
+   (made absolute; it must exist);
 2. ``liboffload_lock.so`` next to this file (the wheel bundles the one it was
    built with);
-3. in a source checkout (compat/python/offload_lock), the build tree's
-   ``build/liboffload_lock.so`` (``$BUILD_DIR`` if set);
-4. the system loader: ``liboffload_lock.so.0``, as ``cmake --install``
-   puts it in a library directory.
+3. in a source checkout (this file in compat/python/offload_lock of a tree
+   that has include/offload_lock/offload_lock.h), that tree's build
+   directory: ``$BUILD_DIR`` when it is an absolute path, else ``build``
+   under the tree's root (a relative ``$BUILD_DIR`` is taken from the
+   root too, never from the current directory);
+4. the system loader, by the installed soname (``liboffload_lock.so.0.2``:
+   the minor version names the ABI, as ``cmake --install`` installs it).
+
+No candidate is ever looked up relative to the current directory, so a
+library planted there is never loaded.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from typing import Optional
+from typing import Any, Callable, List, Optional
 
 OK = 0
 BUSY = 1
@@ -85,6 +92,8 @@ class QueueInfo(ctypes.Structure):
         ("yield_pid", ctypes.c_int64),
         ("yield_priority", ctypes.c_int),
         ("yield_label", ctypes.c_char * 1024),
+        ("max_hold_ms", ctypes.c_int64),
+        ("max_hold_in_ms", ctypes.c_int64),
     ]
 
 
@@ -113,6 +122,9 @@ class Options(ctypes.Structure):
         ("expect_ms", ctypes.c_int64),
         ("on_yield", YIELD_FN),
         ("yield_user", ctypes.c_void_p),
+        ("allowed_gpus", ctypes.POINTER(ctypes.c_int)),
+        ("allowed_gpu_count", ctypes.c_size_t),
+        ("max_hold_ms", ctypes.c_int64),
     ]
 
 
@@ -138,34 +150,46 @@ class WaiterEx(ctypes.Structure):
     ]
 
 
-def _candidates() -> list:
-    found = []
+# The soname the library is installed under: its version's major.minor
+# (CMakeLists.txt: SOVERSION), the same as this package's.
+VERSION = "0.2.0"
+SONAME = "liboffload_lock.so." + ".".join(VERSION.split(".")[:2])
+
+
+def _library_candidates() -> List[str]:
+    """Where to look, in order; every entry is absolute or a bare soname."""
+    found: List[str] = []
     env = os.environ.get("OFFLOAD_LOCK_LIBRARY")
     if env:
-        found.append(env)
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "liboffload_lock.so")
-    if os.path.exists(here):
-        found.append(here)
+        found.append(os.path.abspath(env))
     pkg = os.path.dirname(os.path.abspath(__file__))
+    found.append(os.path.join(pkg, "liboffload_lock.so"))
     root = os.path.dirname(os.path.dirname(os.path.dirname(pkg)))
     if os.path.isfile(os.path.join(root, "include", "offload_lock", "offload_lock.h")):
-        tree = os.path.join(os.environ.get("BUILD_DIR") or os.path.join(root, "build"), "liboffload_lock.so")
-        if os.path.exists(tree):
-            found.append(tree)
-    found.append("liboffload_lock.so.0")
+        build = os.environ.get("BUILD_DIR") or "build"
+        found.append(os.path.join(root, build, "liboffload_lock.so"))  # join keeps an absolute BUILD_DIR
+    found.append(SONAME)
     return found
 
 
 def _load() -> ctypes.CDLL:
     errors = []
-    for name in _candidates():
+    env = os.environ.get("OFFLOAD_LOCK_LIBRARY")
+    for name in _library_candidates():
+        if os.path.isabs(name) and not os.path.exists(name):
+            if env and name == os.path.abspath(env):
+                # Named explicitly: its absence is the error, not a reason to
+                # load some other library instead.
+                raise ImportError(f"offload_lock: OFFLOAD_LOCK_LIBRARY={env}: no such file")
+            continue
         try:
             return ctypes.CDLL(name)
         except OSError as e:
             errors.append(f"{name}: {e}")
     raise ImportError(
-        "offload_lock: cannot load liboffload_lock.so (set OFFLOAD_LOCK_LIBRARY to its path, "
-        "or reinstall the package from a tree where scripts/build has run): " + "; ".join(errors)
+        "offload_lock: cannot load liboffload_lock (set OFFLOAD_LOCK_LIBRARY to its path, install it with "
+        f"cmake --install so that the loader finds {SONAME}, or reinstall this package from a tree where "
+        "scripts/build has run): " + "; ".join(errors)
     )
 
 
@@ -182,7 +206,13 @@ def _fn(name, restype, *argtypes):
     return f
 
 
-options_init = _fn("offload_lock_options_init", None, ctypes.POINTER(Options))
+_options_init_sized = _fn("offload_lock_options_init_sized", None, ctypes.POINTER(Options), ctypes.c_size_t)
+
+
+def options_init(o: Any) -> None:
+    """Fills an Options (a byref) with the library's defaults, writing no
+    more than this struct declares."""
+    _options_init_sized(o, ctypes.sizeof(Options))
 acquire_ex = _fn(
     "offload_lock_acquire_ex", ctypes.c_int, ctypes.POINTER(Options), ctypes.POINTER(_H), ctypes.c_char_p, ctypes.c_size_t
 )
@@ -209,8 +239,34 @@ last_errno = _fn("offload_lock_last_errno", ctypes.c_int)
 version = _fn("offload_lock_version", ctypes.c_char_p)
 describe_duration_c = _fn("offload_lock_describe_duration", ctypes.c_size_t, ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t)
 
+# The command's grammar and words (since 0.3): _words.py wraps them.
+parse_duration_c = _fn("offload_lock_parse_duration", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64))
+parse_priority_c = _fn("offload_lock_parse_priority", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
+gpu_slot_path = _fn("offload_lock_gpu_slot_path", ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                    ctypes.c_size_t)
+lock_identity = _fn("offload_lock_lock_identity", ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t)
+gpu_count = _fn("offload_lock_gpu_count", ctypes.c_int)
+slot_count = _fn("offload_lock_slot_count", ctypes.c_int, ctypes.c_char_p)
+visible_gpus = _fn("offload_lock_visible_gpus", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int),
+                   ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
+choose_slots = _fn("offload_lock_choose_slots", ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+                   ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), ctypes.c_size_t,
+                   ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t)
+describe_holder = _fn("offload_lock_describe_holder", ctypes.c_size_t, ctypes.POINTER(InfoEx), ctypes.c_char_p,
+                      ctypes.c_size_t)
+describe_state = _fn("offload_lock_describe_state", ctypes.c_size_t, ctypes.POINTER(InfoEx), ctypes.c_char_p,
+                     ctypes.c_size_t)
+describe_wait = _fn("offload_lock_describe_wait", ctypes.c_size_t, ctypes.POINTER(Progress), ctypes.c_char_p,
+                    ctypes.c_char_p, ctypes.c_size_t)
 
-def describe_duration(ms: int) -> str:
-    buf = ctypes.create_string_buffer(32)
-    describe_duration_c(int(ms), buf, len(buf))
-    return buf.value.decode()
+
+def text_of(call: Callable[..., int], *args: Any) -> bytes:
+    """The bytes of a C API call that fills a buffer and returns the size it
+    needs (``call(*args, buf, len)``): sized first, then filled."""
+    buf = ctypes.create_string_buffer(256)
+    n = call(*args, buf, len(buf))
+    if n >= len(buf):
+        buf = ctypes.create_string_buffer(n + 1)
+        n = call(*args, buf, len(buf))
+    return buf.raw[:n]
+

@@ -75,8 +75,10 @@ def test_sigint_ends_a_wait_within_100ms_leaving_nothing(lock_path, mode):
             assert offload_lock.waiters(lock_path) == []
             i = offload_lock.inspect(lock_path)
             assert i["held"] and i["pid"] == holders[0].pid
-            registry = os.path.join(os.path.dirname(lock_path), ".gpu.lock.waiters")
-            assert not os.path.exists(registry) or os.listdir(registry) == []
+            # The queue registry keeps nothing of the waiter: no entry, no wake channel.
+            registry = os.path.join(os.path.dirname(lock_path), ".gpu.lock.queue")
+            assert not os.path.exists(registry) or all(
+                os.listdir(os.path.join(registry, d)) == [] for d in os.listdir(registry))
     finally:
         for h in holders:
             assert h.stop() == 0
@@ -209,7 +211,10 @@ def test_asyncio_timeout_and_busy(lock_path):
 SIGNALLED_WAITER = r"""
 import signal, sys, offload_lock
 seen = []
-signal.signal(signal.SIGUSR1, lambda *a: seen.append(1))
+def handler(*a):
+    seen.append(1)
+    print("handled", len(seen), flush=True)
+signal.signal(signal.SIGUSR1, handler)
 print("waiting", flush=True)
 with offload_lock.lock(sys.argv[1], wait=30, label="usr1-waiter") as h:
     print("acquired", len(seen), flush=True)
@@ -223,9 +228,10 @@ def test_a_signal_whose_handler_returns_does_not_end_the_wait(lock_path):
     try:
         assert p.stdout.readline().strip() == "waiting"
         wait_until(lambda: [w for w in offload_lock.waiters(lock_path) if w["pid"] == p.pid], what="the waiter entry")
-        for _ in range(3):
+        for k in range(1, 4):
+            # One at a time: two signals pending at once would be handled once.
             os.kill(p.pid, signal.SIGUSR1)
-            time.sleep(0.05)
+            assert p.stdout.readline().split() == ["handled", str(k)]
         assert p.poll() is None  # still waiting
         holder.stop()
         out, _ = p.communicate(timeout=10)

@@ -323,6 +323,40 @@ def test_gpu_slots(lock_path):
         holder.stop()
 
 
+def test_gpu_slots_follow_cuda_visible_devices_as_the_command_does(lock_path, monkeypatch):
+    holder = cli_holder(lock_path)  # slot 0
+    try:
+        # 2 and 0 allowed, 0 held: slot 2, never the free slot 1.
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+        with offload_lock.lock(lock_path, gpus=3, wait=0) as h:
+            assert h.gpu == 2 and h.path == lock_path + ".gpu2"
+        with pytest.raises(offload_lock.Busy):
+            offload_lock.lock(lock_path, gpus=3, gpu=0, wait=0).acquire()
+        # One allowed: that slot, as `run --gpus 2` under the same value.
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+        with offload_lock.lock(lock_path, gpus=2, wait=0) as h:
+            assert h.gpu == 1
+        cli = subprocess.run([CLI, "--lock", lock_path, "run", "--gpus", "2", "--wait", "0", "--", "sh", "-c",
+                              'echo "$OFFLOAD_LOCK_GPU"'], capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0 and cli.stdout.strip() == "1", cli.stderr
+        # None of the slots: refused before any wait, in the command's words.
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+        with pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES=5 allows GPU 5, none of the 2 GPU slots"):
+            offload_lock.lock(lock_path, gpus=2)
+        with pytest.raises(ValueError, match=r"--gpu 0 is outside CUDA_VISIBLE_DEVICES=5"):
+            offload_lock.lock(lock_path, gpus=2, gpu=0)
+        # Named by the caller instead: exactly those, checked by the library.
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+        with offload_lock.lock(lock_path, gpus=3, allowed_gpus=[0, 2], wait=0) as h:
+            assert h.gpu == 2
+        with pytest.raises(ValueError, match="allowed_gpus"):
+            offload_lock.lock(lock_path, gpus=3, allowed_gpus="02")
+        with pytest.raises(Exception, match="allowed"):
+            offload_lock.lock(lock_path, gpus=3, allowed_gpus=[0, 7], wait=0).acquire()
+    finally:
+        holder.stop()
+
+
 def _try(fn):
     try:
         return fn()
@@ -339,9 +373,13 @@ def test_options_are_checked():
         with pytest.raises(ValueError, match="expect"):
             offload_lock.lock(expect=bad)
     pr = offload_lock.parse_priority
-    assert (pr(None), pr("batch"), pr("normal"), pr("interactive"), pr(-100), pr("100"), pr(" 7")) == (
-        0, -10, 0, 10, -100, 100, 7
+    assert (pr(None), pr("batch"), pr("normal"), pr("interactive"), pr(-100), pr("100"), pr("-7")) == (
+        0, -10, 0, 10, -100, 100, -7
     )
+    # The command's grammar, refused as `offload-lock run --priority` refuses it.
+    for bad in ("+5", " 7", "7 ", "Batch", "007x"):
+        with pytest.raises(ValueError, match="priority"):
+            pr(bad)
     with pytest.raises(ValueError):
         offload_lock.lock(wait=-1)
     with pytest.raises(ValueError):

@@ -90,14 +90,29 @@ def test_priority_orders_python_and_cli_waiters(lock_path, tmp_path):
     assert record.read_text().split() == ["cli-urgent", "py-interactive", "cli-normal", "py-batch"]
 
 
-def test_threads_of_one_process_are_served_by_priority(lock_path):
-    from offload_lock import _lock
+def _asleep_in_queue(native_id):
+    """Whether a thread of this process is asleep in poll(): the library's
+    in-process queue waits there, on the thread's own wake pipe and its
+    cancel descriptors (a thread waiting for the GIL sleeps in a futex, and
+    one that runs Python code is not asleep)."""
+    base = f"/proc/self/task/{native_id}"
+    try:
+        with open(base + "/stat") as f:
+            stat = f.read()
+        with open(base + "/wchan") as f:
+            wchan = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].startswith("S") and "poll" in wchan
 
+
+def test_threads_of_one_process_are_served_by_priority(lock_path):
     order = []
     first = offload_lock.lock(lock_path).acquire()
-    gate = _lock._gate_for(_lock._canonical(lock_path))
+    ids = []
 
     def waiter(name, priority):
+        ids.append(threading.get_native_id())
         with offload_lock.lock(lock_path, priority=priority, wait=30):
             order.append(name)
 
@@ -106,11 +121,71 @@ def test_threads_of_one_process_are_served_by_priority(lock_path):
         t = threading.Thread(target=waiter, args=(name, priority))
         t.start()
         ts.append(t)
-        wait_until(lambda: len(gate.queue) == k + 1, what=f"{name} queued in the process")
+        wait_until(lambda: len(ids) == k + 1 and _asleep_in_queue(ids[k]), what=f"{name} queued in the process")
     first.release()
     for t in ts:
         t.join(30)
     assert order == ["high", "normal", "low"]
+
+
+def test_a_cancelled_thread_leaves_the_queue_of_the_process(lock_path):
+    """Two tasks wait for a lock this process holds, each on a helper thread
+    in the library's in-process queue; the one at the front (the higher
+    priority) is cancelled. Its wait ends, and the other is served once the
+    lock is released: the cancelled one is no longer in line ahead of it."""
+    import asyncio
+
+    first = offload_lock.lock(lock_path).acquire()
+    cancelled_out = threading.Event()
+    released = threading.Event()
+    entered = []
+    box = {}
+
+    def helpers():
+        return {t.native_id for t in threading.enumerate() if t.name == "offload_lock async wait"}
+
+    async def main():
+        async def waiter(name, priority):
+            async with offload_lock.lock_async(lock_path, priority=priority, wait=30, label=name):
+                entered.append(name)
+
+        front = asyncio.ensure_future(waiter("front", 50))
+        while not (len(helpers()) == 1 and all(_asleep_in_queue(i) for i in helpers())):
+            await asyncio.sleep(0.005)
+        behind = asyncio.ensure_future(waiter("behind", 0))
+        while not (len(helpers()) == 2 and all(_asleep_in_queue(i) for i in helpers())):
+            await asyncio.sleep(0.005)
+        front.cancel()
+        # The task's cleanup waits for its helper thread, which the cancel
+        # descriptor has to get out of the library's queue.
+        with pytest.raises(asyncio.CancelledError):
+            await front
+        cancelled_out.set()
+        await asyncio.get_running_loop().run_in_executor(None, released.wait, 30)
+        await behind
+
+    def run():
+        try:
+            asyncio.run(main())
+        except BaseException as e:
+            box["e"] = e
+
+    loop_thread = threading.Thread(target=run, daemon=True)
+    loop_thread.start()
+    try:
+        # Generous bounds: they catch a hang on a loaded machine, they do not time anything.
+        assert cancelled_out.wait(30), box.get("e") or "the cancelled wait did not end"
+        assert entered == []
+    finally:
+        first.release()
+        released.set()
+    loop_thread.join(30)
+    assert not loop_thread.is_alive(), "the remaining waiter was never served"
+    if "e" in box:
+        raise box["e"]
+    assert entered == ["behind"]
+    assert offload_lock.waiters(lock_path) == []
+    assert not offload_lock.inspect(lock_path)["held"]
 
 
 def test_expect_and_priority_show_in_cli_status(lock_path):

@@ -4,12 +4,15 @@
 //
 // Usage:
 //
-//	gpulock-inspect [-ttl DURATION] [-wait DURATION [-poll DURATION]] [PATH]
+//	gpulock-inspect [-ttl DURATION] [-wait DURATION [-poll DURATION] [-within DURATION]] [PATH]
 //
+// A DURATION is written as the offload-lock command writes one
+// (gpulock.ParseDuration): 90s, 1h30m, 1d, 1.5, forever.
 // PATH defaults to gpulock.Path("") (GPU_LOCK, else $TMPDIR or /tmp, joined
 // with local-offload-gpu.lock). With -wait, it waits up to that long for the
 // lock to become free, polling every -poll; SIGINT or SIGTERM ends the wait
-// early and the last inspection is printed. Output:
+// early and the last inspection is printed; -within answers at once when
+// the holder declared it will stay longer than that. Output:
 //
 //	{"path":"...","held":true,"pid":1234,"ageMs":5000,"label":"...","startedAt":1764470000000,"host":"..."}
 //
@@ -40,7 +43,26 @@ const (
 	exitUsage = 2
 )
 
-const usageLine = "usage: gpulock-inspect [-ttl DURATION] [-wait DURATION [-poll DURATION]] [PATH]"
+const usageLine = "usage: gpulock-inspect [-ttl DURATION] [-wait DURATION [-poll DURATION] [-within DURATION]] [PATH]"
+
+// durationFlag is a flag read by the offload-lock command's grammar.
+type durationFlag struct{ d time.Duration }
+
+func (f *durationFlag) String() string { return gpulock.DescribeDuration(f.d) }
+func (f *durationFlag) Set(s string) error {
+	d, err := gpulock.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	f.d = d
+	return nil
+}
+
+func durationVar(fs *flag.FlagSet, name string, value time.Duration, usage string) *time.Duration {
+	f := &durationFlag{value}
+	fs.Var(f, name, usage)
+	return &f.d
+}
 
 // report is the output line; field order is the documented key order.
 type report struct {
@@ -61,9 +83,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gpulock-inspect", flag.ContinueOnError)
 	// The flag package's own messages span several lines; print one instead.
 	fs.SetOutput(io.Discard)
-	ttl := fs.Duration("ttl", gpulock.DefaultTTL, "staleness TTL, measured from the meta.json mtime")
-	wait := fs.Duration("wait", 0, "wait up to this long for the lock to become free")
-	poll := fs.Duration("poll", 250*time.Millisecond, "poll interval while waiting (at least 1ms)")
+	ttl := durationVar(fs, "ttl", gpulock.DefaultTTL, "staleness TTL, measured from the meta.json mtime")
+	wait := durationVar(fs, "wait", 0, "wait up to this long for the lock to become free")
+	poll := durationVar(fs, "poll", 250*time.Millisecond, "poll interval while waiting (at least 1ms)")
+	within := durationVar(fs, "within", 0, "with -wait: answer at once when the holder will stay longer than this")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, usageLine)
@@ -92,7 +115,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var info gpulock.Info
 	if waitSet {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		info = gpulock.WaitFreeTTL(ctx, path, *ttl, *wait, *poll)
+		info = gpulock.WaitUntilFree(ctx, path, gpulock.Options{TTL: *ttl, Wait: *wait, Poll: *poll, Within: *within})
 		stop()
 	} else {
 		info = gpulock.InspectTTL(path, *ttl)
