@@ -13,6 +13,7 @@
 //   6 throughput and fairness of N contending processes
 //   7 the ordered queue: order, wakeups per handoff, junk entries, v1
 //     runners barging, handoff behind a queue
+//   8 the history and the live views (ops_bench.cpp)
 // It prints tables, the targets held / not held, and writes JSON.
 #include <fcntl.h>
 #include <signal.h>
@@ -40,6 +41,8 @@
 #include <vector>
 
 #include "offload_lock/lock.hpp"
+#include "goals_bench.hpp"
+#include "ops_bench.hpp"
 #include "queue_bench.hpp"
 #include "util.hpp"
 
@@ -65,6 +68,7 @@ struct config {
   std::string base_dir;  // parent of the temporary directory
   std::set<int> only;
   std::string self, cli, node, flock_bin, stamp, helper, true_bin;
+  std::vector<goals::build> baselines;  // section 9: older builds to compare with
 };
 
 // How much of everything: the full run, and --quick (CI smoke run, < ~60 s).
@@ -1465,6 +1469,23 @@ int benchmark::run() {
   section(5, &benchmark::idle);
   section(6, &benchmark::throughput);
   section(7, &benchmark::queue);
+  // Section 8, the history and the live views: its own file and goals.
+  if (want(8)) {
+    try {
+      auto r = ops::run({fresh("ops"), cfg_.cli, cfg_.node, OFFLOAD_LOCK_BENCH_SOURCE_DIR, cfg_.quick});
+      print(r.report);
+      out_["ops"] = r.json;
+    } catch (const std::exception& e) {
+      print("  section 8 failed: " + std::string(e.what()) + "\n");
+    }
+  }
+  if (want(9)) try {
+      goals::setup g{cfg_.self, fresh("goals"), tmp_, {"this build", OFFLOAD_LOCK_BENCH_SHARED_LIB}, cfg_.baselines,
+                     cfg_.quick, &out_};
+      out_["goals"] = goals::run(g, [&](const std::string& s) { print(s); });
+    } catch (const std::exception& e) {
+      print("  section 9 failed: " + std::string(e.what()) + "\n");
+    }
   targets();
 
   double secs = double(mono_ns() - t_start) / 1e9;
@@ -1496,13 +1517,14 @@ std::string self_exe() {
 
 int usage(std::ostream& o, int code) {
   o << "usage: offload-lock-bench [--quick] [--json FILE] [--dir DIR] [--keep] [--only 1,2,...]\n"
-       "                          [--cli PATH] [--node PATH] [--flock PATH]\n"
+       "                          [--cli PATH] [--node PATH] [--flock PATH] [--baseline NAME=PATH ...]\n"
        "  --quick     short run (CI smoke test, under a minute)\n"
        "  --json      also write the results as JSON to FILE\n"
        "  --dir       create the temporary directory under DIR (default: $TMPDIR, $TMP, $TEMP or /tmp)\n"
        "  --keep      keep the temporary directory\n"
        "  --only      run only these sections: 1 uncontended, 2 whole process, 3 handoff, 4 crash,\n"
-       "              5 idle waiter, 6 throughput, 7 queue\n";
+       "              5 idle waiter, 6 throughput, 7 queue, 8 history and live views, 9 goals side by side\n"
+       "  --baseline  an older build for section 9: its liboffload_lock.so, its build directory or its command\n";
   return code;
 }
 
@@ -1533,6 +1555,12 @@ int main(int argc, char** argv) {
     else if (a == "--cli") c.cli = value();
     else if (a == "--node") c.node = value();
     else if (a == "--flock") c.flock_bin = value();
+    else if (a == "--baseline") {
+      std::string err;
+      auto b = goals::parse_baseline(value(), err);
+      if (!b) return std::cerr << "offload-lock-bench: " << err << "\n", 2;
+      c.baselines.push_back(*b);
+    }
     else if (a == "--only") {
       std::stringstream ss(value());
       std::string x;

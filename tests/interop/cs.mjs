@@ -120,7 +120,9 @@ export class Sentinel {
     this.mine = `${this.id} ${this.flag}\n`;
     const tmp = path.join(this.dir, `in-cs.tmp.${process.pid}`);
     fs.writeFileSync(tmp, this.mine);
-    const deadline = Date.now() + 10000;
+    // The supervisor clears a killed holder's sentinel; on a loaded machine
+    // its event loop may be seconds late, so this bound is generous.
+    const deadline = Date.now() + 30000;
     for (;;) {
       try {
         fs.linkSync(tmp, this.file);

@@ -16,7 +16,12 @@ export const PARTICIPANT = process.env.INTEROP_PARTICIPANT || path.join(REPO, 'b
 export const NODE_PARTICIPANT = path.join(HERE, 'participant.mjs');
 export const RUNNER = path.join(HERE, 'reference', 'runner.mjs');
 export const COMPAT = path.join(REPO, 'compat', 'node', 'index.mjs');
-export const BOUND_MS = 20000; // generous bound for anything that must happen
+// The bound on anything that must happen, and the wait every participant
+// is given. Generous on purpose: with the matrix's pairs running side by
+// side and a build beside the suite on a 2-core machine, starting a Node
+// process alone has taken seconds; 20 s was missed. How fast a takeover is
+// belongs to the benchmark (tests/bench), not to a pass/fail bound here.
+export const BOUND_MS = 60000;
 
 export const KINDS = ['lib', 'run', 'acquire', 'compat', 'ref'];
 export const KIND_NAMES = {

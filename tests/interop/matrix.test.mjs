@@ -1,4 +1,4 @@
-// The holder/waiter matrix (issue "Interop", item 4a): for every pair of
+// The holder/waiter matrix: for every pair of
 // participant kinds {C++ library, CLI run, CLI acquire/release from Node,
 // compat/node, v1 reference runner}, on a lock directory of its own:
 //
@@ -61,14 +61,16 @@ async function round(t, dir, holderKind, waiterKind, how) {
     else assert.equal(e.signal, 'SIGKILL', holder.proc.describe());
   }
   await waitFor(() => processesMentioning(lock).length === 0,
-    `no process left mentioning ${lock} (left: ${processesMentioning(lock).join(' | ')})`, 10000);
+    `no process left mentioning ${lock} (left: ${processesMentioning(lock).join(' | ')})`);
   return tookMs;
 }
 
-describe('interop matrix: holder x waiter', { concurrency: 4 }, () => {
+// Two pairs at a time, one per core of a small machine: more only makes
+// each pair slower and its bounds easier to miss.
+describe('interop matrix: holder x waiter', { concurrency: 2 }, () => {
   for (const holderKind of KINDS) {
     for (const waiterKind of KINDS) {
-      it(`${KIND_NAMES[holderKind]} holds, ${KIND_NAMES[waiterKind]} waits`, { timeout: 120000 }, async (t) => {
+      it(`${KIND_NAMES[holderKind]} holds, ${KIND_NAMES[waiterKind]} waits`, { timeout: 6 * BOUND_MS }, async (t) => {
         const dir = tempDir(t, `matrix-${holderKind}-${waiterKind}-`);
         const released = await round(t, dir, holderKind, waiterKind, 'release');
         const killed = await round(t, dir, holderKind, waiterKind, 'kill');

@@ -1,4 +1,4 @@
-// meta.json across participants (issue "Interop", item 4b; PROTOCOL B2): the
+// meta.json across participants (doc/protocol.md B2): the
 // meta.json each participant writes starts with exactly
 // {"pid":<N>,"startedAt":<13 digits>, names the recorded holder, and reads the
 // same to every reader: the Go reader, the v1 rules, `offload-lock status`,
@@ -28,7 +28,7 @@ function compatInspect(lock) {
 
 describe('interop meta.json: written by one, read identically by all', { concurrency: 3 }, () => {
   for (const kind of KINDS) {
-    it(`${KIND_NAMES[kind]} writes it`, { timeout: 60000 }, async (t) => {
+    it(`${KIND_NAMES[kind]} writes it`, { timeout: 3 * BOUND_MS }, async (t) => {
       const dir = tempDir(t, `meta-${kind}-`);
       const lock = path.join(dir, 'gpu.lock');
       const label = `meta-${kind}`;

@@ -1,4 +1,4 @@
-// Path rules across participants (issue "Interop", item 4c; PROTOCOL A1, D7):
+// Path rules across participants (doc/protocol.md A1, D7):
 // for combinations of TMPDIR, TMP, TEMP and GPU_LOCK, these all name the same
 // lock directory:
 //   - plain Node: GPU_LOCK || path.join(os.tmpdir(), 'local-offload-gpu.lock')
@@ -80,7 +80,7 @@ const show = (env) => (Object.keys(env).length ? Object.entries(env).map(([k, v]
 
 describe('interop path rules', { concurrency: 4 }, () => {
   for (const env of CASES) {
-    it(show(env), { timeout: 60000 }, () => {
+    it(show(env), { timeout: 3 * BOUND_MS }, () => {
       const node = nodePaths(env);
       const expected = node.plain;
       assert.equal(node.compat, expected, 'compat/node defaultLockPath()');

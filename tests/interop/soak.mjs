@@ -6,10 +6,11 @@
 // It runs `stress.mjs --mode offload` with TMPDIR pointing at a directory of its own, so
 // every participant's command line names that directory; samples /proc every 200 ms for
 // the peak resident memory (VmHWM) of each kind of process; and at the end counts what
-// is left beside the lock: staging (.gpu.lock.stage-*) and moved-aside (.gpu.lock.aside-*)
-// directories, the waiter registry (.gpu.lock.waiters), the critical-section sentinel, and
-// the lock itself. A SIGKILL can leave a staging or moved-aside directory, or a waiter's
-// registry entry, until the next acquisition cleans it up, so those
+// is left beside the lock: staging (.gpu.lock.stage-*), moved-aside (.gpu.lock.aside-*)
+// and handed-over (.gpu.lock.next-*) directories, the queue registry (.gpu.lock.queue), the
+// critical-section sentinel, and the lock itself. A SIGKILL can leave a staging, moved-aside
+// or handed-over directory, or a waiter's registry entry, until the next acquisition cleans
+// it up, so those
 // are counted again after one more acquisition (`offload-lock run -- true`): anything
 // still there then is a leak.
 //
@@ -114,7 +115,7 @@ function leftovers(dir) {
     return out;
   }
   for (const n of names) {
-    if (/^\.gpu\.lock\.(stage|aside)-/.test(n) || n === 'in-cs' || n === 'gpu.lock' || n === '.gpu.lock.waiters') out.push(n);
+    if (/^\.gpu\.lock\.(stage|aside|next)-/.test(n) || n === 'in-cs' || n === 'gpu.lock' || n === '.gpu.lock.queue') out.push(n);
   }
   return out;
 }

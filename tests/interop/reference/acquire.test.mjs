@@ -88,9 +88,15 @@ test('busy with waitMs 0 returns null without sleeping a poll interval', T, asyn
   const lock = path.join(tempDir(t), 'gpu.lock');
   const h = await acquireGpuLock({ lockPath: lock, waitMs: 0 });
   t.after(() => h.release());
-  const start = Date.now();
-  assert.equal(await acquireGpuLock({ lockPath: lock, waitMs: 0 }), null);
-  assert.ok(Date.now() - start < 900, 'waitMs 0 should not sleep a full poll interval');
+  // A poll's sleep would make every try last at least 1000 ms; a busy machine
+  // may stall one try as long, but not the fastest of three.
+  let fastest = Infinity;
+  for (let k = 0; k < 3; k++) {
+    const start = Date.now();
+    assert.equal(await acquireGpuLock({ lockPath: lock, waitMs: 0 }), null);
+    fastest = Math.min(fastest, Date.now() - start);
+  }
+  assert.ok(fastest < 900, `waitMs 0 took at least ${fastest} ms: it slept a poll interval`);
 });
 
 test('a waiter takes the lock after the holder releases', T, async (t) => {

@@ -1,0 +1,3 @@
+module offload-lock/tests/interop/gpulease
+
+go 1.19
