@@ -85,24 +85,33 @@ error check_lock_contents(int dir, const std::string& shown) {
 }
 
 error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown, const char* crash_op) {
-  auto d = sys::open_dir(dirfd, name, true, shown);
-  if (!d) {
-    if (d.error().code() == std::errc::no_such_file_or_directory) return {};
-    // Out of descriptors or memory: what a lock holds, by path through the
-    // parent, then an rmdir, which only ever removes an empty directory
-    // (anything else in it stays, and so does the directory).
-    const auto c = d.error().code();
-    if (c != std::errc::too_many_files_open && c != std::errc::too_many_files_open_in_system &&
-        c != std::errc::not_enough_memory)
-      return d.error();
+  // Out of descriptors or memory (opening the directory, or listing it,
+  // which needs one more): what a lock holds, by path through the parent,
+  // then an rmdir, which only ever removes an empty directory (anything else
+  // in it stays, and so does the directory).
+  auto short_of_resources = [](const error& e) {
+    const auto c = e.code();
+    return c == std::errc::too_many_files_open || c == std::errc::too_many_files_open_in_system ||
+           c == std::errc::not_enough_memory;
+  };
+  auto by_path = [&]() -> error {
     const std::string meta = name + "/" + meta_file_name;
     if (auto e = sys::unlink_at(dirfd, meta, false, shown + "/" + meta_file_name);
         e && e.code() != std::errc::no_such_file_or_directory)
       return e;
     return sys::unlink_at(dirfd, name, true, shown);
+  };
+  auto d = sys::open_dir(dirfd, name, true, shown);
+  if (!d) {
+    if (d.error().code() == std::errc::no_such_file_or_directory) return {};
+    return short_of_resources(d.error()) ? by_path() : d.error();
   }
   auto names = lock_contents(d->get(), shown);
-  if (!names) return names.error();
+  if (!names) {
+    if (!short_of_resources(names.error())) return names.error();
+    d->reset();
+    return by_path();
+  }
   for (const auto& n : *names)
     if (auto e = sys::unlink_at(d->get(), n, false, shown + "/" + n)) return e;
   if (crash_op) sys::crash_point(crash_op, "meta-removed");

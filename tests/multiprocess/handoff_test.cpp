@@ -78,8 +78,10 @@ TEST_CASE("a waiter short of descriptors never removes a live holder's lock", "[
   cli_holder holder(d);
   const lock_id before = id_of(d.lock());
   // 0.2 moved the live lock aside at limits 9, 10, 11, 14 and 15 and gave up
-  // at 12, 13 and 16; none of that may happen at any limit.
-  for (int limit = 7; limit <= 20; ++limit) {
+  // at 12, 13 and 16; none of that may happen at any limit. At 21 (20 under
+  // AddressSanitizer) the staged lock is made but listing it to remove it
+  // needs one more descriptor: it must still be removed.
+  for (int limit = 7; limit <= 26; ++limit) {
     INFO("ulimit -n " << limit);
     const std::string cmd = "ulimit -n " + std::to_string(limit) + "; exec \"$0\" --lock \"$1\" run --wait 1 -- true";
     child w("/bin/sh", {"-c", cmd, cli_exe(), d.lock()});
