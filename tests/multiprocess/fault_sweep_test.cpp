@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -210,12 +211,20 @@ std::string ident(const std::string& lock) {
 
 int child_fault_sweep(int argc, char** argv) { return child_sweep(argc, argv); }
 
-TEST_CASE("fault sweep: a faulty waiter beside a live holder", "[multiprocess][fault][sweep]") {
-  // A healthy holder keeps the lock throughout; the faulty participant waits
-  // 300 ms for it. It must never hold, never disturb the holder, and give up
-  // only when its wait is out or with an error naming the failure.
+namespace {
+
+// A healthy holder keeps the lock throughout; the faulty participant waits
+// 300 ms for it. It must never hold, never disturb the holder, and give up
+// only when its wait is out or with an error naming the failure. One test
+// case per quarter of the table, so that CTest can run them side by side
+// (each of their runs spends most of its time waiting).
+void sweep_waiter_beside_holder(std::size_t part) {
+  const std::size_t parts = 4, per = (kCalls.size() + parts - 1) / parts;
+  const std::vector<const char*> calls(kCalls.begin() + static_cast<std::ptrdiff_t>(std::min(kCalls.size(), part * per)),
+                                       kCalls.begin() + static_cast<std::ptrdiff_t>(std::min(kCalls.size(), (part + 1) * per)));
+  REQUIRE_FALSE(calls.empty());
   long runs = 0;
-  for (const char* call : kCalls)
+  for (const char* call : calls)
     for (int err : kErrnos)
       for (bool persist : {false, true}) {
         if (persist && !persists(call, err)) continue;
@@ -256,6 +265,26 @@ TEST_CASE("fault sweep: a faulty waiter beside a live holder", "[multiprocess][f
       }
   CHECK(runs > 0);
 }
+
+}  // namespace
+
+TEST_CASE("fault sweep: a faulty waiter beside a live holder (calls 1 to 7)", "[multiprocess][fault][sweep]") {
+  sweep_waiter_beside_holder(0);
+}
+
+TEST_CASE("fault sweep: a faulty waiter beside a live holder (calls 8 to 14)", "[multiprocess][fault][sweep]") {
+  sweep_waiter_beside_holder(1);
+}
+
+TEST_CASE("fault sweep: a faulty waiter beside a live holder (calls 15 to 21)", "[multiprocess][fault][sweep]") {
+  sweep_waiter_beside_holder(2);
+}
+
+TEST_CASE("fault sweep: a faulty waiter beside a live holder (calls 22 to 28)", "[multiprocess][fault][sweep]") {
+  sweep_waiter_beside_holder(3);
+}
+
+TEST_CASE("fault sweep: the waiter's quarters cover the whole table", "[unit][fault][sweep]") { CHECK(kCalls.size() == 28); }
 
 TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy one waits behind it",
           "[multiprocess][fault][sweep]") {
