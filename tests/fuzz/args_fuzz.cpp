@@ -47,7 +47,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   OFFLOAD_LOCK_FUZZ_CHECK(a.ttl.count() > 0);
   if (a.help || a.version) return 0;
-  static const char* const known[] = {"path", "status", "acquire", "release", "run", "hold", "wait-free", "doctor"};
+  // The commands main() dispatches (src/cli/main.cpp); "help" sets a.help.
+  static const char* const known[] = {"path",   "status", "acquire", "release", "run", "hold",
+                                      "wait-free", "doctor", "history", "top",     "serve"};
   bool is_known = false;
   for (const char* k : known) is_known = is_known || a.command == k;
   OFFLOAD_LOCK_FUZZ_CHECK(is_known);
