@@ -81,6 +81,11 @@ cli_result run_cli(const std::vector<std::string>& args, const env_changes& env 
 // Polls `pred` until true or the timeout passes (a bounded wait for a state
 // another process produces). Returns the last value.
 bool eventually(const std::function<bool()>& pred, ms timeout = kPrompt);
+// Sends SIGSTOP to pid and waits until it is stopped for real (state T in
+// /proc/<pid>/stat): the signal is delivered asynchronously, and one that
+// lands after a release has handed the lock over stops a holder, not a
+// waiter. False if it did not stop within the timeout.
+bool stop_process(int pid, ms timeout = kPrompt);
 
 void write_file(const fs::path& p, const std::string& bytes);
 std::string read_file(const fs::path& p);

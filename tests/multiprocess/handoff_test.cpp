@@ -114,7 +114,7 @@ TEST_CASE("a waiter stopped at the head is passed over, keeps waiting, and is se
         cli_exe(), with_lock(d, {"run", "--label", n, "--", "sh", "-c", "echo \"$0\" >> \"$1\"", n, log})));
     until_queued(d, ws.size());
   }
-  ws[0]->kill(SIGSTOP);
+  REQUIRE(stop_process(ws[0]->pid()));
   holder.release();
   // B..F are served while A is stopped.
   for (std::size_t k = 1; k < ws.size(); ++k) CHECK(ws[k]->wait(60s) == std::optional<int>(0));

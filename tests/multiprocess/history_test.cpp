@@ -295,14 +295,7 @@ TEST_CASE("a holder asked to make way, and a waiter passed over, are recorded", 
     REQUIRE(eventually([&] { return ol::waiters(d.lock()).size() == 1; }));
     child next(cli_exe(), with_lock(d, {"run", "--label", "next", "--", "true"}));
     REQUIRE(eventually([&] { return ol::waiters(d.lock()).size() == 2; }));
-    stuck.kill(SIGSTOP);
-    // Stopped for real before the release looks at it (SIGSTOP is
-    // delivered asynchronously): otherwise the lock may be handed to it.
-    REQUIRE(eventually([&] {
-      const std::string st = read_file("/proc/" + std::to_string(stuck.pid()) + "/stat");
-      const auto close = st.rfind(')');
-      return close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'T';
-    }));
+    REQUIRE(stop_process(stuck.pid()));
     REQUIRE_FALSE(l->release());
     CHECK(next.wait(20s) == 0);
     auto passed = wait_for(d, "passed-over", "");

@@ -141,14 +141,7 @@ TEST_CASE("a stopped head is passed over, and served once it resumes", "[multipr
   write_file(log, "");
   cli_holder holder(d);
   auto ws = queue_up(d, log, 4);
-  ws[0]->kill(SIGSTOP);
-  // Stopped for real before the release looks at it (SIGSTOP is delivered
-  // asynchronously; one that lands after the handoff stops a holder).
-  REQUIRE(eventually([&] {
-    const std::string st = read_file("/proc/" + std::to_string(ws[0]->pid()) + "/stat");
-    const auto close = st.rfind(')');
-    return close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'T';
-  }));
+  REQUIRE(stop_process(ws[0]->pid()));
   const auto began = std::chrono::steady_clock::now();
   holder.release();
   // w2 after the grace, then w3 and w4 at once: each holder's meta.json
