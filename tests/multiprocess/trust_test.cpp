@@ -222,6 +222,12 @@ TEST_CASE("a forked child neither holds nor releases its parent's lock", "[multi
 }
 
 TEST_CASE("the recorded holder's death frees the lock whatever its forked children hold", "[multiprocess][trust]") {
+#if defined(__SANITIZE_THREAD__)
+  // The fork guard that drops the lock's descriptors in a forked child is
+  // left out under ThreadSanitizer (src/posix/files.cpp): there the child
+  // keeps the OFD lock, a proof of life, and the lock stays held.
+  OLT_NOT_RUN("not under ThreadSanitizer: the fork guard is left out there");
+#endif
   temp_dir d;
   child holder(self_exe(), {"--child", "trust", "fork-hold", d.lock()});
   REQUIRE(holder.read_line().value_or("").rfind("acquired ", 0) == 0);
