@@ -213,15 +213,20 @@ int child_fault_sweep(int argc, char** argv) { return child_sweep(argc, argv); }
 
 namespace {
 
+// The calls of one quarter (0 to 3) of the syscall table.
+std::vector<const char*> quarter_of_table(std::size_t part) {
+  const std::size_t parts = 4, per = (kCalls.size() + parts - 1) / parts;
+  const auto at = [&](std::size_t i) { return kCalls.begin() + static_cast<std::ptrdiff_t>(std::min(kCalls.size(), i)); };
+  return std::vector<const char*>(at(part * per), at((part + 1) * per));
+}
+
 // A healthy holder keeps the lock throughout; the faulty participant waits
 // 300 ms for it. It must never hold, never disturb the holder, and give up
 // only when its wait is out or with an error naming the failure. One test
 // case per quarter of the table, so that CTest can run them side by side
 // (each of their runs spends most of its time waiting).
 void sweep_waiter_beside_holder(std::size_t part) {
-  const std::size_t parts = 4, per = (kCalls.size() + parts - 1) / parts;
-  const std::vector<const char*> calls(kCalls.begin() + static_cast<std::ptrdiff_t>(std::min(kCalls.size(), part * per)),
-                                       kCalls.begin() + static_cast<std::ptrdiff_t>(std::min(kCalls.size(), (part + 1) * per)));
+  const std::vector<const char*> calls = quarter_of_table(part);
   REQUIRE_FALSE(calls.empty());
   long runs = 0;
   for (const char* call : calls)
@@ -284,12 +289,23 @@ TEST_CASE("fault sweep: a faulty waiter beside a live holder (calls 22 to 28)", 
   sweep_waiter_beside_holder(3);
 }
 
-TEST_CASE("fault sweep: the waiter's quarters cover the whole table", "[unit][fault][sweep]") { CHECK(kCalls.size() == 28); }
+TEST_CASE("fault sweep: the quarters cover the whole table", "[unit][fault][sweep]") {
+  CHECK(kCalls.size() == 28);
+  std::size_t n = 0;
+  for (std::size_t part = 0; part < 4; ++part) n += quarter_of_table(part).size();
+  CHECK(n == kCalls.size());
+}
 
-TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy one waits behind it",
-          "[multiprocess][fault][sweep]") {
+namespace {
+
+// The faulty participant alone at a free lock: it takes it or fails with an
+// error naming the failure, and a healthy waiter behind it is served. One
+// test case per quarter of the table, as above.
+void sweep_free_lock(std::size_t part) {
+  const std::vector<const char*> calls = quarter_of_table(part);
+  REQUIRE_FALSE(calls.empty());
   long runs = 0;
-  for (const char* call : kCalls)
+  for (const char* call : calls)
     for (int err : kErrnos)
       for (bool persist : {false, true}) {
         if (persist && !persists(call, err)) continue;
@@ -336,4 +352,26 @@ TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy on
         }
       }
   CHECK(runs > 0);
+}
+
+}  // namespace
+
+TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy one waits behind it (calls 1 to 7)",
+          "[multiprocess][fault][sweep]") {
+  sweep_free_lock(0);
+}
+
+TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy one waits behind it (calls 8 to 14)",
+          "[multiprocess][fault][sweep]") {
+  sweep_free_lock(1);
+}
+
+TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy one waits behind it (calls 15 to 21)",
+          "[multiprocess][fault][sweep]") {
+  sweep_free_lock(2);
+}
+
+TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy one waits behind it (calls 22 to 28)",
+          "[multiprocess][fault][sweep]") {
+  sweep_free_lock(3);
 }
