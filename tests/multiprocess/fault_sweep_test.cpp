@@ -22,6 +22,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <set>
 
@@ -220,12 +221,11 @@ std::vector<const char*> quarter_of_table(std::size_t part) {
   return std::vector<const char*>(at(part * per), at((part + 1) * per));
 }
 
-// A healthy holder keeps the lock throughout; the faulty participant waits
-// 300 ms for it. It must never hold, never disturb the holder, and give up
-// only when its wait is out or with an error naming the failure. One test
-// case per quarter of the table, so that CTest can run them side by side
-// (each of their runs spends most of its time waiting).
-void sweep_waiter_beside_holder(std::size_t part) {
+// Runs `one` for every sampled failure of the calls of one quarter of the
+// table: each call, errno, once or from then on, at its Nth use. `one`
+// returns false when the call was made fewer than N times (no larger N
+// reaches it either).
+void sweep_quarter(std::size_t part, const std::function<bool(const char*, int, bool, long)>& one) {
   const std::vector<const char*> calls = quarter_of_table(part);
   REQUIRE_FALSE(calls.empty());
   long runs = 0;
@@ -236,39 +236,50 @@ void sweep_waiter_beside_holder(std::size_t part) {
         for (long n = 1; n <= 64; ++n) {
           if (!sampled(n)) continue;
           INFO(call << " fails with " << std::strerror(err) << (persist ? " from" : " at") << " call " << n);
-          temp_dir d;
-          child holder(self_exe(), {"--child", "hold", d.lock(), "0"});
-          REQUIRE(holder.read_line().value_or("").rfind("acquired ", 0) == 0);
-          const std::string before = ident(d.lock());
-          child c(self_exe(), {"--child", "fault-sweep", "wait", d.lock(), call, std::to_string(err), std::to_string(n),
-                               persist ? "1" : "0", "300"});
-          std::vector<std::string> out;
-          while (auto line = c.read_line(60s)) out.push_back(*line);
-          REQUIRE(c.wait(60s) == std::optional<int>(0));
           ++runs;
-          REQUIRE(out.size() >= 3);
-          // Never a second holder.
-          CHECK(out[0] != "acquired");
-          if (out[0] == "timed_out") CHECK(std::stol(out[1].substr(7)) >= 290);
-          else if (out[0] != "busy") CHECK_THAT(out[0], Catch::StartsWith("error "));
-          // The live lock untouched.
-          CHECK(ident(d.lock()) == before);
-          holder.write_line("still");
-          CHECK(holder.read_line() == std::optional<std::string>("held"));
-          holder.close_stdin();
-          REQUIRE(holder.wait() == 0);
-          // Out of descriptors, a process cannot always clean up after
-          // itself; what it left (only its own private names) goes with
-          // the next acquisition.
-          {
-            auto next = ol::lock::acquire(d.lock(), ol::milliseconds(0));
-            CHECK(next);
-          }
-          CHECK(private_names(d, c.pid()).empty());
-          if (out.back() == "faulted 0") break;  // this call is made fewer than n times
+          if (!one(call, err, persist, n)) break;
         }
       }
   CHECK(runs > 0);
+}
+
+// A healthy holder keeps the lock throughout; the faulty participant waits
+// 300 ms for it. It must never hold, never disturb the holder, and give up
+// only when its wait is out or with an error naming the failure. One test
+// case per quarter of the table, so that CTest can run them side by side
+// (each of their runs spends most of its time waiting).
+void sweep_waiter_beside_holder(std::size_t part) {
+  sweep_quarter(part, [](const char* call, int err, bool persist, long n) {
+    temp_dir d;
+    child holder(self_exe(), {"--child", "hold", d.lock(), "0"});
+    REQUIRE(holder.read_line().value_or("").rfind("acquired ", 0) == 0);
+    const std::string before = ident(d.lock());
+    child c(self_exe(), {"--child", "fault-sweep", "wait", d.lock(), call, std::to_string(err), std::to_string(n),
+                         persist ? "1" : "0", "300"});
+    std::vector<std::string> out;
+    while (auto line = c.read_line(60s)) out.push_back(*line);
+    REQUIRE(c.wait(60s) == std::optional<int>(0));
+    REQUIRE(out.size() >= 3);
+    // Never a second holder.
+    CHECK(out[0] != "acquired");
+    if (out[0] == "timed_out") CHECK(std::stol(out[1].substr(7)) >= 290);
+    else if (out[0] != "busy") CHECK_THAT(out[0], Catch::StartsWith("error "));
+    // The live lock untouched.
+    CHECK(ident(d.lock()) == before);
+    holder.write_line("still");
+    CHECK(holder.read_line() == std::optional<std::string>("held"));
+    holder.close_stdin();
+    REQUIRE(holder.wait() == 0);
+    // Out of descriptors, a process cannot always clean up after
+    // itself; what it left (only its own private names) goes with
+    // the next acquisition.
+    {
+      auto next = ol::lock::acquire(d.lock(), ol::milliseconds(0));
+      CHECK(next);
+    }
+    CHECK(private_names(d, c.pid()).empty());
+    return out.back() != "faulted 0";  // this call is made fewer than n times
+  });
 }
 
 }  // namespace
@@ -302,56 +313,44 @@ namespace {
 // error naming the failure, and a healthy waiter behind it is served. One
 // test case per quarter of the table, as above.
 void sweep_free_lock(std::size_t part) {
-  const std::vector<const char*> calls = quarter_of_table(part);
-  REQUIRE_FALSE(calls.empty());
-  long runs = 0;
-  for (const char* call : calls)
-    for (int err : kErrnos)
-      for (bool persist : {false, true}) {
-        if (persist && !persists(call, err)) continue;
-        for (long n = 1; n <= 64; ++n) {
-          if (!sampled(n)) continue;
-          INFO(call << " fails with " << std::strerror(err) << (persist ? " from" : " at") << " call " << n);
-          temp_dir d;
-          child c(self_exe(), {"--child", "fault-sweep", "wait", d.lock(), call, std::to_string(err), std::to_string(n),
-                               persist ? "1" : "0", "2000"});
-          auto first = c.read_line(60s);
-          REQUIRE(first);
-          REQUIRE(c.read_line(60s));  // waited
-          ++runs;
-          if (*first == "acquired") {
-            // Held by the faulty one: a healthy waiter must wait for it, and
-            // get it when it releases (handed over, or plainly).
-            child w(self_exe(), {"--child", "hold", d.lock(), "-1"});
-            REQUIRE(eventually([&] { return !ol::waiters(d.lock()).empty(); }));
-            c.write_line("release");
-            auto rel = c.read_line(60s);
-            REQUIRE(rel);
-            CHECK((*rel == "released" || rel->rfind("release-error ", 0) == 0));
-            auto got = w.read_line(60s);
-            REQUIRE(got);
-            CHECK(got->rfind("acquired ", 0) == 0);
-            w.close_stdin();
-            CHECK(w.wait() == 0);
-          } else {
-            // A free lock that could not be taken: an error naming it (no
-            // timeout: nobody held it).
-            CHECK_THAT(*first, Catch::StartsWith("error "));
-          }
-          std::vector<std::string> rest;
-          while (auto line = c.read_line(60s)) rest.push_back(*line);
-          REQUIRE(c.wait(60s) == std::optional<int>(0));
-          // The lock is free for the next participant, whose acquisition
-          // takes what the faulty one left (only its own private names).
-          {
-            auto next = ol::lock::acquire(d.lock(), ol::milliseconds(0));
-            CHECK(next);
-          }
-          CHECK(private_names(d, c.pid()).empty());
-          if (!rest.empty() && rest.back() == "faulted 0") break;
-        }
-      }
-  CHECK(runs > 0);
+  sweep_quarter(part, [](const char* call, int err, bool persist, long n) {
+    temp_dir d;
+    child c(self_exe(), {"--child", "fault-sweep", "wait", d.lock(), call, std::to_string(err), std::to_string(n),
+                         persist ? "1" : "0", "2000"});
+    auto first = c.read_line(60s);
+    REQUIRE(first);
+    REQUIRE(c.read_line(60s));  // waited
+    if (*first == "acquired") {
+      // Held by the faulty one: a healthy waiter must wait for it, and
+      // get it when it releases (handed over, or plainly).
+      child w(self_exe(), {"--child", "hold", d.lock(), "-1"});
+      REQUIRE(eventually([&] { return !ol::waiters(d.lock()).empty(); }));
+      c.write_line("release");
+      auto rel = c.read_line(60s);
+      REQUIRE(rel);
+      CHECK((*rel == "released" || rel->rfind("release-error ", 0) == 0));
+      auto got = w.read_line(60s);
+      REQUIRE(got);
+      CHECK(got->rfind("acquired ", 0) == 0);
+      w.close_stdin();
+      CHECK(w.wait() == 0);
+    } else {
+      // A free lock that could not be taken: an error naming it (no
+      // timeout: nobody held it).
+      CHECK_THAT(*first, Catch::StartsWith("error "));
+    }
+    std::vector<std::string> rest;
+    while (auto line = c.read_line(60s)) rest.push_back(*line);
+    REQUIRE(c.wait(60s) == std::optional<int>(0));
+    // The lock is free for the next participant, whose acquisition
+    // takes what the faulty one left (only its own private names).
+    {
+      auto next = ol::lock::acquire(d.lock(), ol::milliseconds(0));
+      CHECK(next);
+    }
+    CHECK(private_names(d, c.pid()).empty());
+    return rest.empty() || rest.back() != "faulted 0";
+  });
 }
 
 }  // namespace
