@@ -64,10 +64,13 @@ staged_lock::~staged_lock() {
     t.path = lock_path_;
     t.parent = std::move(parent_);
     if (withdraw(t) && !taken_) {
+      {
+        mover_lock movers(dir_.get());
+        (void)remove_exact(t, id_, "cannot release " + lock_path_, "release");
+      }
       sys::unguard_from_fork(meta_.get());
       meta_.reset();
       dir_.reset();
-      (void)remove_exact(t, id_, "cannot release " + lock_path_, "release");
     }
   } catch (...) {
   }
@@ -190,12 +193,17 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   if (named != next->rec.pid && sys::parent_of(named) != std::optional<std::int64_t>(next->rec.pid)) return false;
 
   sys::crash_point("handoff.checked");
+  // The caller holds the movers' flock on its directory (reclaim.hpp), so no
+  // other offload-lock process moves it meanwhile; this look narrows what is
+  // left, a v1 runner's rm -rf and mkdir, to the span of one system call.
+  auto here = sys::stat_at(t.parent.get(), t.name, t.path);
+  if (!here || here->id != own_id) return error(errc::lost, t.path);
   if (sys::rename_exchange(t.parent.get(), name, t.name, t.path)) return false;
   sys::crash_point("handoff.exchanged");
   // What the swap moved out must be this holder's directory; anything else
-  // (the lock was replaced since this holder last checked) goes back. Gone
-  // already: the waiter, withdrawing at that very moment, moved it aside and
-  // holds the lock (handoff.hpp, staged_lock::withdraw).
+  // (a v1 runner replaced the lock in the instant since the look above) goes
+  // back. Gone already: the waiter, withdrawing at that very moment, moved
+  // it aside and holds the lock (handoff.hpp, staged_lock::withdraw).
   auto out = sys::stat_at(t.parent.get(), name, shown);
   if (out && out->id != own_id) {
     (void)sys::rename_exchange(t.parent.get(), name, t.name, t.path);

@@ -2,6 +2,9 @@
 // among offload-lock reclaimers, and the leftovers of crashes (doc/protocol.md B4).
 #include "reclaim.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include "history.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
@@ -29,6 +32,24 @@ result<removal> remove_in_place(const target& t, const sys::file_id& id, const c
 }
 
 }  // namespace
+
+mover_lock::mover_lock(int dir_fd) {
+  if (dir_fd < 0) return;
+  const std::int64_t until = sys::monotonic_ms() + contended_giveup_ms;
+  for (;;) {
+    error e = sys::try_flock_exclusive(dir_fd);
+    if (!e) {
+      fd_ = dir_fd;
+      return;
+    }
+    // Any failure but another holder (ENOLCK, say): go ahead unserialized,
+    // as 0.2 did.
+    if (e.code() != std::errc::operation_would_block || sys::monotonic_ms() >= until) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+mover_lock::~mover_lock() { sys::flock_unlock(fd_); }
 
 result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op) {
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);

@@ -18,6 +18,27 @@ enum class removal {
   contended,  // another offload-lock process is reclaiming it (its flock is held); nothing removed
 };
 
+// One mover at a time (doc/protocol.md B5): a release, a handoff and a
+// reclaim of a lock directory each hold flock(2) on it from the look that
+// decides to move it until the move is done. Of two offload-lock processes
+// acting on one lock (a keeper releasing as its holder exits, and a
+// `release --token` of the same lock), the second then finds that the path
+// no longer names it, and moves nothing: it never swaps a waiter in over the
+// lock the first one handed on. Waited for up to contended_giveup_ms: anyone
+// who can open the directory can take that flock, so one held longer is no
+// mover's, and the move goes ahead without it. `dir_fd` must stay open for
+// the guard's lifetime. (tests/multiprocess/handoff_test.cpp)
+class mover_lock {
+ public:
+  explicit mover_lock(int dir_fd);
+  mover_lock(const mover_lock&) = delete;
+  mover_lock& operator=(const mover_lock&) = delete;
+  ~mover_lock();
+
+ private:
+  int fd_ = -1;  // -1: not taken
+};
+
 // Removes the directory at the path only if it is the one with identity
 // `id`: checks, moves it aside under a unique name, checks the moved one
 // (another participant may have replaced it between the check and the move:

@@ -3,6 +3,8 @@
 // remove exactly the directory they matched (reclaim.hpp's remove_exact).
 #include "offload_lock/release.hpp"
 
+#include <optional>
+
 #include "handoff.hpp"
 #include "heartbeat.hpp"
 #include "history.hpp"
@@ -25,6 +27,9 @@ error held_state::release() {
   stop_heartbeat();
   if (released) return {};
   released = true;
+  // The look and the move under one flock with every other mover of this
+  // directory (reclaim.hpp, mover_lock).
+  mover_lock movers(dir.get());
   // A look that fails (out of descriptors, say) is tried again; one that
   // keeps failing removes nothing: the lock stays, proven alive by its OFD
   // lock until this process exits, and is then taken over by the rules.
@@ -84,6 +89,20 @@ result<release_outcome> release_by(const std::string& path, const release_reques
     }
     if (d->o.dir.valid())
       if (auto e = check_lock_contents(d->o.dir.get(), path)) return e;
+    sys::crash_point("release.inspected");
+    // Whatever is decided from here is decided under the movers' flock
+    // (reclaim.hpp): the path must still name what was inspected once it is
+    // held, or the lock changed hands meanwhile (its keeper released it, a
+    // reclaimer took it) and it is judged again.
+    std::optional<mover_lock> movers;
+    if (d->o.dir.valid()) {
+      movers.emplace(d->o.dir.get());
+      auto now = sys::stat_at(t->parent.get(), t->name, path);
+      if (!now || now->id != s.id) {
+        if (attempt >= 100) return error(errc::busy, path);
+        continue;
+      }
+    }
     // Handed to the next waiter in line when one is staged for it.
     if (d->o.dir.valid() && s.meta_exists) {
       const std::set<std::string> skip(s.meta.passed_over.begin(), s.meta.passed_over.end());
@@ -94,8 +113,9 @@ result<release_outcome> release_by(const std::string& path, const release_reques
         return out;
       }
     }
-    d->o.dir.reset();
     auto r = remove_exact(*t, s.id, "cannot release lock " + path, "release");
+    movers.reset();
+    d->o.dir.reset();
     if (!r) return r.error();
     if (*r == removal::removed) {
       out.status = release_status::released;

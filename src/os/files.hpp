@@ -126,6 +126,8 @@ error ofd_lock(int f, bool write);
 // flock(LOCK_EX | LOCK_NB). Independent of the OFD locks above (Linux keeps
 // the two apart). EWOULDBLOCK when another open file description holds it.
 error try_flock_exclusive(int f);
+// flock(LOCK_UN): gives up what try_flock_exclusive took on `f`.
+void flock_unlock(int f);
 // Whether another open file description holds a write lock (one that would
 // conflict with a read lock) on `f` (F_OFD_GETLK): probes without taking
 // anything, and works on a descriptor opened read-only.

@@ -6,6 +6,8 @@
 //     fallbacks are tested on a kernel that has them.
 //   OFFLOAD_LOCK_TEST_CRASH_AT=STEP[@N]: SIGKILL this process the Nth time
 //     (default first) it reaches STEP (see crash_point below).
+//   OFFLOAD_LOCK_TEST_STOP_AT=STEP[,STEP...]: SIGSTOP this process each time
+//     it reaches one of the steps (a test lets it go on with SIGCONT).
 //   OFFLOAD_LOCK_TEST_CLOCK_SKEW_FILE=FILE: add the number of milliseconds in
 //     FILE (re-read each time) to every wall-clock reading.
 #ifndef OFFLOAD_LOCK_SRC_OS_TEST_HOOKS_HPP

@@ -281,6 +281,10 @@ error try_flock_exclusive(int f) {
   return {};
 }
 
+void flock_unlock(int f) {
+  if (f >= 0) (void)retry([&] { return calls.flock(f, LOCK_UN); });
+}
+
 lock_probe write_locked_elsewhere(int f) {
   struct flock l {};
   l.l_type = F_RDLCK;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "posix/syscalls.hpp"
 
@@ -52,6 +53,25 @@ const crash_spec& crash_config() {
   static const crash_spec spec;
   return spec;
 }
+// OFFLOAD_LOCK_TEST_STOP_AT=STEP[,STEP...]: the steps at which this process
+// stops itself (SIGSTOP), every time it reaches one, so that a test can act
+// while it stands still there and then let it go on (SIGCONT).
+struct stop_spec {
+  std::vector<std::string> steps;
+  stop_spec() {
+    const char* v = std::getenv("OFFLOAD_LOCK_TEST_STOP_AT");
+    if (!v) return;
+    std::stringstream in(v);
+    for (std::string s; std::getline(in, s, ',');)
+      if (!s.empty()) steps.push_back(s);
+  }
+  bool has(const std::string& step) const { return std::find(steps.begin(), steps.end(), step) != steps.end(); }
+};
+const stop_spec& stop_config() {
+  static const stop_spec spec;
+  return spec;
+}
+
 [[noreturn]] void crash_now() {
   ::kill(::getpid(), SIGKILL);
   for (;;) ::pause();
@@ -70,14 +90,15 @@ bool feature_enabled(feature f) {
 }
 
 void crash_point(const char* step) {
+  const stop_spec& s = stop_config();
+  if (!s.steps.empty() && s.has(step)) ::raise(SIGSTOP);
   const crash_spec& c = crash_config();
   if (c.step.empty() || c.step != step) return;
   if (c.seen.fetch_add(1) + 1 == c.nth) crash_now();
 }
 
 void crash_point(const char* op, const char* step) {
-  const crash_spec& c = crash_config();
-  if (c.step.empty()) return;
+  if (crash_config().step.empty() && stop_config().steps.empty()) return;
   crash_point((std::string(op) + "." + step).c_str());
 }
 

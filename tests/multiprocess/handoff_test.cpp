@@ -189,3 +189,59 @@ TEST_CASE("the lock passes to a staged waiter without the path ever being absent
   CHECK(unparsed.load() == 0);
   CHECK(private_names(d).empty());
 }
+
+namespace {
+
+// The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie), or 0.
+char state_of(int pid) {
+  std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/stat"));
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = all.rfind(')');
+  return close == std::string::npos || close + 2 >= all.size() ? 0 : all[close + 2];
+}
+
+}  // namespace
+
+TEST_CASE("two releasers of one lock hand it to one waiter only", "[multiprocess][acquisition][handoff]") {
+  // The lock's recorded holder is a sleep; its keeper releases it when the
+  // sleep dies. A `release --token` of the same lock looks first, and stands
+  // still (SIGSTOP) before it acts; meanwhile the keeper hands the lock to
+  // the first waiter. Resumed, the second releaser must find the lock no
+  // longer its to give: were it to swap the second waiter's staged lock in
+  // for the first's, both would run at once (it would stop again right
+  // after the swap, at handoff.exchanged).
+  temp_dir d;
+  child sleeper("/bin/sleep", {"300"});
+  auto acquired = run_cli(with_lock(d, {"--quiet", "acquire", "--pid", std::to_string(sleeper.pid())}));
+  REQUIRE(acquired.code == 0);
+  const std::string token = acquired.out.substr(0, acquired.out.find('\n'));
+  std::vector<std::unique_ptr<child>> ws;
+  for (int k = 0; k < 2; ++k) {
+    ws.push_back(std::make_unique<child>(
+        cli_exe(), with_lock(d, {"run", "--label", "w" + std::to_string(k), "--", "sh", "-c", "echo held; read x"})));
+    until_queued(d, ws.size());
+  }
+  child second(cli_exe(), with_lock(d, {"release", "--token", token}),
+               {{"OFFLOAD_LOCK_TEST_STOP_AT", "release.inspected,handoff.exchanged"}});
+  REQUIRE(eventually([&] { return state_of(second.pid()) == 'T'; }));
+  sleeper.kill(SIGKILL);
+  REQUIRE(sleeper.wait() == std::optional<int>(128 + SIGKILL));
+  REQUIRE(ws[0]->read_line(60s) == std::optional<std::string>("held"));
+  ::kill(second.pid(), SIGCONT);
+  // It ends (the lock is not its any more), or it stops again after a swap.
+  bool ended = false;
+  REQUIRE(eventually([&] {
+    if (second.wait(0ms)) ended = true;
+    return ended || state_of(second.pid()) == 'T';
+  }));
+  if (!ended) ::kill(second.pid(), SIGCONT);
+  CHECK(ended);
+  CHECK(ws[1]->read_line(300ms) == std::nullopt);
+  // The first waiter held it throughout, and the second is served after it.
+  ws[0]->write_line("go");
+  CHECK(ws[0]->wait(60s) == std::optional<int>(0));
+  CHECK(ws[1]->read_line(60s) == std::optional<std::string>("held"));
+  ws[1]->write_line("go");
+  CHECK(ws[1]->wait(60s) == std::optional<int>(0));
+  second.wait(60s);
+}
