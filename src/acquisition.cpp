@@ -157,8 +157,14 @@ void acquisition::arm(slot& s, const detailed& d, round& r, bool active) {
 }
 
 result<std::shared_ptr<held_state>> acquisition::withdraw_all() {
-  for (auto& s : slots_)
-    if (s.staged && s.staged->withdraw(s.t)) return take(s, true, nullptr);
+  for (auto& s : slots_) {
+    if (!s.staged) continue;
+    if (s.staged->withdraw(s.t)) return take(s, true, nullptr);
+    // Gone: staged again when this waiter is active again.
+    w_.unwatch(s.staged_watch);
+    s.staged_watch = -1;
+    s.staged.reset();
+  }
   return std::shared_ptr<held_state>();
 }
 

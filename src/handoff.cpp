@@ -77,6 +77,11 @@ staged_lock::~staged_lock() {
 }
 
 bool staged_lock::at_lock_path(const target& t) const {
+  // Only while its directory is open here: that keeps its inode from being
+  // reused. Once withdrawn (closed, removed), a directory made later can get
+  // the same inode number, and a claim of it at the lock path would look
+  // like this staged lock swapped in: two holders.
+  if (!dir_.valid()) return false;
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
   return st && st->id == id_;
 }

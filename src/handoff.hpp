@@ -43,7 +43,8 @@ class staged_lock {
   const std::string& path() const { return path_; }
   const sys::file_id& id() const { return id_; }
   // Whether the lock path now holds this directory: the releasing holder
-  // swapped it in. Then it is this waiter's lock.
+  // swapped it in. Then it is this waiter's lock. Never once it has been
+  // withdrawn or taken (its inode number may name another directory since).
   bool at_lock_path(const target& t) const;
   // Takes a free lock path with this directory (renameat2 RENAME_NOREPLACE):
   // true when taken, false when something is there; a system error otherwise.

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "handoff.hpp"
+#include "lock_dir.hpp"
 #include "offload_lock/offload_lock.hpp"
 #include "support.hpp"
 
@@ -244,4 +247,42 @@ TEST_CASE("two releasers of one lock hand it to one waiter only", "[multiprocess
   ws[1]->write_line("go");
   CHECK(ws[1]->wait(60s) == std::optional<int>(0));
   second.wait(60s);
+}
+
+TEST_CASE("a withdrawn staged lock never takes a later lock that got its inode number",
+          "[multiprocess][acquisition][handoff]") {
+  // ext4 hands a freed inode number out again at once; a waiter that kept
+  // the identity of its withdrawn staged lock then saw a lock claimed later
+  // as its own swapped in, and two processes held.
+  {
+    struct statfs fs_info {};
+    temp_dir probe;
+    if (::statfs(probe.str().c_str(), &fs_info) != 0 || fs_info.f_type != 0xEF53)
+      OLT_NOT_RUN("the temporary directory is not on ext4, which reuses inode numbers at once");
+  }
+  temp_dir d;
+  namespace dt = offload_lock::detail;
+  auto t = dt::open_target(d.lock());
+  REQUIRE(t);
+  int reused = 0;
+  for (int k = 0; k < 500 && reused < 3; ++k) {
+    auto s = dt::staged_lock::make(*t, std::to_string(::getpid()) + "-00000000000" + std::to_string(k % 10),
+                                   "{\"pid\":" + std::to_string(::getpid()) + "}");
+    REQUIRE(s);
+    const auto id = s->id();
+    REQUIRE_FALSE(s->withdraw(*t));
+    // Another participant's claim: a directory made, then renamed in.
+    const fs::path made = d.path / "made";
+    fs::create_directory(made);
+    write_file(made / "meta.json", "{\"pid\":1}");
+    fs::rename(made, d.lock());
+    struct stat st {};
+    REQUIRE(::stat(d.lock().c_str(), &st) == 0);
+    if (st.st_ino == id.ino) {
+      ++reused;
+      CHECK_FALSE(s->at_lock_path(*t));
+    }
+    fs::remove_all(d.lock());
+  }
+  CHECK(reused > 0);
 }
