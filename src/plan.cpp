@@ -9,6 +9,7 @@
 #include "os/clock.hpp"
 #include "os/files.hpp"
 #include "os/process.hpp"
+#include "policy.hpp"
 #include "registry.hpp"
 #include "token.hpp"
 
@@ -41,13 +42,18 @@ std::vector<int> slot_order(const lock_options& o, const std::string& base) {
 
 }  // namespace
 
-result<plan> make_plan(const lock_options& o, const std::string& base) {
+result<plan> make_plan(const lock_options& asked, const std::string& base) {
   if (base.empty()) return bad("lock path is empty");
-  if (o.priority < lowest_priority || o.priority > highest_priority)
-    return bad("priority " + std::to_string(o.priority) + " (" + std::to_string(lowest_priority) + " to " +
+  if (asked.priority < lowest_priority || asked.priority > highest_priority)
+    return bad("priority " + std::to_string(asked.priority) + " (" + std::to_string(lowest_priority) + " to " +
                std::to_string(highest_priority) + ")");
-  if (o.expected.count() < 0) return bad("expected duration below 0");
-  if (o.max_hold.count() < 0) return bad("maximum hold below 0");
+  if (asked.expected.count() < 0) return bad("expected duration below 0");
+  if (asked.max_hold.count() < 0) return bad("maximum hold below 0");
+  // Then the site policy (policy.hpp): the priority, the maximum hold and
+  // the expected duration from here on are what it leaves.
+  auto with_policy = apply_policy(asked, base, nullptr);
+  if (!with_policy) return with_policy.error();
+  const lock_options& o = *with_policy;
   if (o.gpus < 1 || o.gpus > max_gpus)
     return bad("GPU count " + std::to_string(o.gpus) + " (1 to " + std::to_string(max_gpus) + ")");
   // gpu K names one slot, whatever gpus says (`--gpu K` alone, or beyond

@@ -2,7 +2,8 @@
 // each step of an acquisition reads (judging, waiting, the queue entry, the
 // meta.json record, holding, reporting). Nothing after make_plan() checks an
 // option again, and nothing before it patches one (the C API and the CLI
-// pass what their callers gave).
+// pass what their callers gave; the CLI asks with_site_policy() first, to
+// tell its user, and that applied again here changes nothing more).
 #ifndef OFFLOAD_LOCK_SRC_PLAN_HPP
 #define OFFLOAD_LOCK_SRC_PLAN_HPP
 
@@ -69,11 +70,12 @@ struct plan {
 // Priority bounds (lock_options::priority).
 inline constexpr int lowest_priority = -100, highest_priority = 100;
 
-// Validates `o` and makes the plan for an acquisition of the lock at `base`
-// (the resolved path, slot 0's). errc::bad_input naming the option for any
-// option out of range; ESRCH for a holder pid that is not alive. The
+// Applies the site policy of the lock (policy.hpp), validates `asked` and makes
+// the plan for an acquisition of the lock at `base` (the resolved path, slot
+// 0's). errc::bad_input naming the option for any option out of range, or
+// naming an invalid site policy; ESRCH for a holder pid that is not alive. The
 // deadline starts now.
-result<plan> make_plan(const lock_options& o, const std::string& base);
+result<plan> make_plan(const lock_options& asked, const std::string& base);
 
 }  // namespace offload_lock::detail
 

@@ -26,6 +26,7 @@
 #include "offload_lock/lock.hpp"
 #include "offload_lock/mutex.hpp"
 #include "offload_lock/path.hpp"
+#include "offload_lock/policy.hpp"
 #include "offload_lock/release.hpp"
 #include "offload_lock/slots.hpp"
 #include "offload_lock/waiters.hpp"

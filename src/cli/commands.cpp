@@ -17,6 +17,7 @@
 #include "offload_lock/describe.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
+#include "offload_lock/policy.hpp"
 #include "posix/child.hpp"
 #include "posix/os.hpp"
 #include "posix/signals.hpp"
@@ -73,6 +74,21 @@ lock_options options_for(const args& a, const gpu_plan& gpus, const std::string&
   return o;
 }
 
+// options_for with the site policy of the lock applied (offload_lock/policy.hpp),
+// what it changed said unless --quiet; nullopt, the reason said, when the
+// policy is invalid (exit_usage, as for a bad option).
+std::optional<lock_options> options_with_policy(const args& a, const gpu_plan& gpus, const std::string& path) {
+  std::vector<std::string> notices;
+  auto o = with_site_policy(options_for(a, gpus, path), &notices);
+  if (!o) {
+    say(o.error().message());
+    return std::nullopt;
+  }
+  if (!a.quiet)
+    for (const auto& n : notices) say(n);
+  return std::move(*o);
+}
+
 // The lock path of the slot a lock holds.
 std::string held_path(const std::string& path, const lock& l) { return gpu_slot_path(path, l.gpu()); }
 
@@ -107,8 +123,9 @@ std::string basename_of(const std::string& p) {
 // after a grace SIGTERM, after another SIGKILL, to its process group when
 // it leads one. Returns CMD's status, or nullopt when it ran past the
 // maximum hold (then it has ended, and `how` says by what).
-std::optional<int> wait_within_max_hold(os::gated_child& child, const args& a, std::string& how) {
-  if (auto status = child.wait_forwarding_for(a.max_hold.count())) return status;
+std::optional<int> wait_within_max_hold(os::gated_child& child, const args& a, milliseconds max_hold,
+                                        std::string& how) {
+  if (auto status = child.wait_forwarding_for(max_hold.count())) return status;
   how = a.yield_signal > 0 ? "after " + os::signal_name(a.yield_signal) : "by itself";
   const std::int64_t grace = a.max_hold_grace.count();
   if (child.wait_forwarding_for(grace)) return std::nullopt;
@@ -159,7 +176,9 @@ int cmd_status(const args& a, const gpu_plan& gpus, const std::string& path) {
 }
 
 int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
-  lock_options o = options_for(a, gpus, path);
+  auto planned = options_with_policy(a, gpus, path);
+  if (!planned) return exit_usage;
+  lock_options o = std::move(*planned);
   o.pid = a.pid ? a.pid : os::parent_pid();
   // The keeper below refreshes the lock from another process.
   o.heartbeat = false;
@@ -274,7 +293,9 @@ int cmd_release(const args& a, const gpu_plan& gpus, const std::string& base) {
 }
 
 int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
-  lock_options o = options_for(a, gpus, path);
+  auto planned = options_with_policy(a, gpus, path);
+  if (!planned) return exit_usage;
+  lock_options o = std::move(*planned);
   // CMD's environment names the slot it runs on, known once it is taken.
   // Made before signals are caught: naming the GPU may run nvidia-smi.
   std::vector<os::gated_child::env_list> per_slot;
@@ -309,8 +330,8 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
   if (a.yield_signal > 0) {
     const int sig = a.yield_signal;
     const bool quiet = a.quiet;
-    const int own = a.priority;
-    const std::string max_hold = describe_duration(a.max_hold);
+    const int own = o.priority;
+    const std::string max_hold = describe_duration(o.max_hold);
     // On the heartbeat thread, once per hold: for a waiter above, or at the
     // maximum hold (a request for whoever waits, or none).
     o.on_yield_request = [cmd_name, cmd_pid, sig, quiet, own, max_hold](const yield_request& r) {
@@ -354,7 +375,8 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
     return e.code() == std::errc::no_such_file_or_directory ? 127 : 126;
   }
   std::string how;
-  std::optional<int> status = a.max_hold.count() > 0 ? wait_within_max_hold(*child, a, how) : child->wait_forwarding();
+  std::optional<int> status =
+      o.max_hold.count() > 0 ? wait_within_max_hold(*child, a, o.max_hold, how) : child->wait_forwarding();
   // Released while CMD is still an unreaped zombie, so no participant ever
   // sees this lock with a dead holder pid (a v1 runner would reclaim it).
   error released = l->release();
@@ -364,13 +386,15 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
     say("the lock " + shown + " had been removed or replaced by someone else before " + cmd_name + " ended");
   if (status) return *status;
   // Said even under --quiet, as the exit code is CMD's no longer.
-  say(cmd_name + " held " + shown + " past its maximum hold of " + describe_duration(a.max_hold) + "; it ended " +
+  say(cmd_name + " held " + shown + " past its maximum hold of " + describe_duration(o.max_hold) + "; it ended " +
       how + " and the lock was released");
   return exit_max_hold;
 }
 
 int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
-  lock_options o = options_for(a, gpus, path);
+  auto planned = options_with_policy(a, gpus, path);
+  if (!planned) return exit_usage;
+  lock_options o = std::move(*planned);
   // The loss said for people, and with --json for programs (compat/node's
   // onLost) as {"event":"lost","path":P,"message":M} on a line of its own.
   o.on_lost = [json = a.json](const error& e) {
@@ -397,7 +421,7 @@ int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
   std::cout << "acquired " << dump(held_json(a, gpus, path, *l)) << std::endl;
   const std::string slot_path = held_path(path, *l);
   // Held until EOF or a signal, or until the maximum hold passes.
-  const bool past_max_hold = os::wait_for_eof_or_signal(a.max_hold.count() > 0 ? a.max_hold.count() : -1) < 0;
+  const bool past_max_hold = os::wait_for_eof_or_signal(o.max_hold.count() > 0 ? o.max_hold.count() : -1) < 0;
   error e = l->release();
   if (e == errc::lost) {
     // Removed or replaced during the hold, by whatever means (a v1 runner's
@@ -414,7 +438,7 @@ int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
     return exit_code_for(e);
   }
   if (past_max_hold) {
-    say("released " + slot_path + ": its maximum hold of " + describe_duration(a.max_hold) + " passed");
+    say("released " + slot_path + ": its maximum hold of " + describe_duration(o.max_hold) + " passed");
     return exit_max_hold;
   }
   return exit_ok;

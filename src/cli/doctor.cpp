@@ -12,6 +12,7 @@
 #include "cli/output.hpp"
 #include "offload_lock/inspect.hpp"
 #include "offload_lock/path.hpp"
+#include "offload_lock/policy.hpp"
 #include "posix/os.hpp"
 #include "posix/probe.hpp"
 
@@ -89,6 +90,21 @@ check lock_path_check(const path_resolution& r) {
 // The path every participant must resolve alike: a relative one means each
 // program's own working directory, so two programs started in different
 // directories take two different locks and never see each other.
+// The site policy beside the lock (offload_lock/policy.hpp): what it sets,
+// or why it is not applied.
+check policy_check(const path_resolution& r) {
+  const policy_report p = site_policy(r.path);
+  switch (p.state) {
+    case policy_state::absent: break;
+    case policy_state::honoured: return {"policy", true, p.path + ": " + p.summary};
+    case policy_state::ignored: return {"policy", false, p.path + " is ignored: " + p.reason};
+    case policy_state::invalid:
+      return {"policy", false,
+              p.path + " is invalid, and every acquisition of the lock fails until it is fixed: " + p.reason};
+  }
+  return {"policy", true, "no site policy (" + p.path + ")"};
+}
+
 check path_check(const path_resolution& r) {
   const std::string rule = to_string(r.rule);
   if (!r.path.empty() && r.path.front() == '/')
@@ -158,6 +174,7 @@ int cmd_doctor(const args& a) {
                     gpu_lock && !gpu_lock->empty() ? "GPU_LOCK=" + *gpu_lock + " (every side reads it)"
                                                    : "GPU_LOCK is not set"});
   checks.push_back(lock_path_check(r));
+  checks.push_back(policy_check(r));
   std::string parent, name;
   os::split_path(r.path, parent, name);
   for (auto& c : parent_checks(parent)) checks.push_back(std::move(c));

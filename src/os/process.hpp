@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "os/types.hpp"
 
@@ -34,6 +35,11 @@ std::optional<std::uint64_t> pid_namespace();
 bool proc_is_own();
 std::int64_t self_pid();
 std::uint32_t effective_uid();
+// The name of this process's effective user, and of its groups (the
+// supplementary ones and the effective one); nullopt and empty when the
+// user and group databases do not know them.
+std::optional<std::string> effective_user_name();
+std::vector<std::string> group_names();
 // The owner of /proc/<pid> (the process's effective uid, root for one that
 // is not dumpable); nullopt when it cannot be read or /proc is not this
 // namespace's.

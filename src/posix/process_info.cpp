@@ -2,18 +2,23 @@
 // /proc/<pid>/stat, the boot id, the host name, the environment, fork handlers.
 #include "os/process.hpp"
 
+#include <grp.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
+#include <string>
+#include <vector>
 #include <fcntl.h>
 #include "os/files.hpp"
 
@@ -152,6 +157,32 @@ bool proc_is_own() {
 
 std::int64_t self_pid() { return ::getpid(); }
 std::uint32_t effective_uid() { return ::geteuid(); }
+
+std::optional<std::string> effective_user_name() {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwuid_r(::geteuid(), &pw, buf.data(), buf.size(), &found) != 0 || !found || !pw.pw_name)
+    return std::nullopt;
+  return std::string(pw.pw_name);
+}
+
+std::vector<std::string> group_names() {
+  std::vector<gid_t> gids(static_cast<std::size_t>(std::max(0, ::getgroups(0, nullptr))));
+  const int n = gids.empty() ? 0 : ::getgroups(static_cast<int>(gids.size()), gids.data());
+  gids.resize(static_cast<std::size_t>(std::max(0, n)));
+  gids.push_back(::getegid());
+  std::vector<std::string> out;
+  std::vector<char> buf(16384);
+  for (gid_t g : gids) {
+    struct group gr {};
+    struct group* found = nullptr;
+    if (::getgrgid_r(g, &gr, buf.data(), buf.size(), &found) == 0 && found && gr.gr_name &&
+        std::find(out.begin(), out.end(), gr.gr_name) == out.end())
+      out.emplace_back(gr.gr_name);
+  }
+  return out;
+}
 
 std::optional<std::uint32_t> process_uid(std::int64_t pid) {
   if (pid <= 0 || !proc_is_own()) return std::nullopt;

@@ -91,7 +91,7 @@ bool feature_enabled(feature f) {
 
 void crash_point(const char* step) {
   const stop_spec& s = stop_config();
-  if (!s.steps.empty() && s.has(step)) ::raise(SIGSTOP);
+  if (!s.steps.empty() && s.has(step)) (void)::raise(SIGSTOP);
   const crash_spec& c = crash_config();
   if (c.step.empty() || c.step != step) return;
   if (c.seen.fetch_add(1) + 1 == c.nth) crash_now();
