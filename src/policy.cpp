@@ -2,7 +2,7 @@
 // acquisition, applied to its options before the plan is made (plan.cpp).
 #include "offload_lock/policy.hpp"
 
-#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -21,6 +21,9 @@ namespace offload_lock {
 namespace detail {
 
 namespace {
+
+// The policy file's name is the lock's with this added.
+constexpr const char* policy_suffix = ".policy.json";
 
 // Far larger than any policy a site writes; a bigger file is invalid.
 constexpr std::size_t policy_cap = std::size_t{64} * 1024;
@@ -120,7 +123,7 @@ std::string summary_of(const site_rules& r) {
 
 }  // namespace
 
-std::string policy_path_of(const std::string& lock_path) { return lock_path + ".policy.json"; }
+std::string policy_path_of(const std::string& lock_path) { return lock_path + policy_suffix; }
 
 site_policy_look look_at_policy(const std::string& lock_path) {
   site_policy_look out;
@@ -128,7 +131,7 @@ site_policy_look look_at_policy(const std::string& lock_path) {
   auto t = open_target(lock_path);
   // No parent to look in: no policy (the acquisition says what is wrong).
   if (!t) return out;
-  const std::string name = t->name + ".policy.json";
+  const std::string name = t->name + policy_suffix;
   const std::string& shown = out.report.path;
   auto f = sys::open_read(t->parent.get(), name, shown);
   if (!f) {

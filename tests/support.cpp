@@ -174,15 +174,15 @@ bool eventually(const std::function<bool()>& pred, ms timeout) {
   }
 }
 
+char process_state(int pid) {
+  const std::string st = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = st.rfind(')');
+  return close != std::string::npos && close + 2 < st.size() ? st[close + 2] : '\0';
+}
+
 bool stop_process(int pid, ms timeout) {
   if (::kill(pid, SIGSTOP) != 0) return false;
-  return eventually(
-      [&] {
-        const std::string st = read_file("/proc/" + std::to_string(pid) + "/stat");
-        const auto close = st.rfind(')');
-        return close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'T';
-      },
-      timeout);
+  return eventually([&] { return process_state(pid) == 'T'; }, timeout);
 }
 
 void write_file(const fs::path& p, const std::string& bytes) {

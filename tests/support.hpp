@@ -86,6 +86,9 @@ bool eventually(const std::function<bool()>& pred, ms timeout = kPrompt);
 // lands after a release has handed the lock over stops a holder, not a
 // waiter. False if it did not stop within the timeout.
 bool stop_process(int pid, ms timeout = kPrompt);
+// The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie), or '\0'
+// when it cannot be read.
+char process_state(int pid);
 
 void write_file(const fs::path& p, const std::string& bytes);
 std::string read_file(const fs::path& p);

@@ -87,9 +87,6 @@ check lock_path_check(const path_resolution& r) {
   return c;
 }
 
-// The path every participant must resolve alike: a relative one means each
-// program's own working directory, so two programs started in different
-// directories take two different locks and never see each other.
 // The site policy beside the lock (offload_lock/policy.hpp): what it sets,
 // or why it is not applied.
 check policy_check(const path_resolution& r) {
@@ -105,6 +102,9 @@ check policy_check(const path_resolution& r) {
   return {"policy", true, "no site policy (" + p.path + ")"};
 }
 
+// The path every participant must resolve alike: a relative one means each
+// program's own working directory, so two programs started in different
+// directories take two different locks and never see each other.
 check path_check(const path_resolution& r) {
   const std::string rule = to_string(r.rule);
   if (!r.path.empty() && r.path.front() == '/')

@@ -193,18 +193,6 @@ TEST_CASE("the lock passes to a staged waiter without the path ever being absent
   CHECK(private_names(d).empty());
 }
 
-namespace {
-
-// The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie), or 0.
-char state_of(int pid) {
-  std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/stat"));
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto close = all.rfind(')');
-  return close == std::string::npos || close + 2 >= all.size() ? 0 : all[close + 2];
-}
-
-}  // namespace
-
 TEST_CASE("two releasers of one lock hand it to one waiter only", "[multiprocess][acquisition][handoff]") {
   // The lock's recorded holder is a sleep; its keeper releases it when the
   // sleep dies. A `release --token` of the same lock looks first, and stands
@@ -226,7 +214,7 @@ TEST_CASE("two releasers of one lock hand it to one waiter only", "[multiprocess
   }
   child second(cli_exe(), with_lock(d, {"release", "--token", token}),
                {{"OFFLOAD_LOCK_TEST_STOP_AT", "release.inspected,handoff.exchanged"}});
-  REQUIRE(eventually([&] { return state_of(second.pid()) == 'T'; }));
+  REQUIRE(eventually([&] { return process_state(second.pid()) == 'T'; }));
   sleeper.kill(SIGKILL);
   REQUIRE(sleeper.wait() == std::optional<int>(128 + SIGKILL));
   REQUIRE(ws[0]->read_line(60s) == std::optional<std::string>("held"));
@@ -235,7 +223,7 @@ TEST_CASE("two releasers of one lock hand it to one waiter only", "[multiprocess
   bool ended = false;
   REQUIRE(eventually([&] {
     if (second.wait(0ms)) ended = true;
-    return ended || state_of(second.pid()) == 'T';
+    return ended || process_state(second.pid()) == 'T';
   }));
   if (!ended) ::kill(second.pid(), SIGCONT);
   CHECK(ended);
