@@ -6,6 +6,7 @@
 #include <set>
 
 #include "claim.hpp"
+#include "idle.hpp"
 #include "offload_lock/slots.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
@@ -119,6 +120,9 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   held->slot = s.k;
   held->passed = place_.passed();
   held->max_hold_ms = p_.hold.max_hold_ms;
+  held->idle_after_ms = p_.hold.idle_after_ms;
+  held->idle_percent = p_.hold.idle_percent;
+  held->idle_yield = p_.hold.idle_yield;
   held->taken_at = sys::monotonic_ms();
   if (p_.hold.on_yield) {
     held->on_yield = p_.hold.on_yield;
@@ -131,6 +135,7 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   for (auto& other : slots_)
     if (other.staged) (void)other.staged->withdraw(other.t);
   if (p_.hold.heartbeat) start_heartbeat(held);
+  if (held->idle_after_ms > 0) watch_idle(held, p_.base);
   return held;
 }
 

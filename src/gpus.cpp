@@ -54,6 +54,26 @@ std::optional<std::vector<gpu_device>> gpu_usage() {
   return gpus;
 }
 
+bool in_process_tree(std::int64_t pid, std::int64_t root) {
+  constexpr int max_ancestry = 64;
+  if (root <= 0) return false;
+  for (int depth = 0; pid > 1 && depth < max_ancestry; ++depth) {
+    if (pid == root) return true;
+    auto parent = sys::parent_of(pid);
+    if (!parent || *parent == pid) return false;
+    pid = *parent;
+  }
+  return false;
+}
+
+bool shows_idle(const gpu_device& d, const std::vector<std::int64_t>& holders, int busy_percent) {
+  if (!d.utilization_pct || *d.utilization_pct > busy_percent) return false;
+  for (const auto& p : d.processes)
+    for (std::int64_t h : holders)
+      if (in_process_tree(p.pid, h)) return false;
+  return true;
+}
+
 int count_gpus() {
   const auto& gpus = machine_gpus();
   if (gpus && !gpus->empty()) return std::min(max_gpus, gpus->back().index + 1);

@@ -55,6 +55,11 @@ class heartbeat_service {
     sys::notify(wake_w_.get());
   }
 
+  void poke() {
+    std::lock_guard<std::mutex> g(mu_);
+    if (started_) sys::notify(wake_w_.get());
+  }
+
   void remove(held_state* s) {
     std::lock_guard<std::mutex> g(mu_);
     if (!s->registered) return;
@@ -134,21 +139,29 @@ class heartbeat_service {
 
   static bool wants_yield(const held_state& s) { return s.on_yield && !s.yield_asked; }
 
-  // When the maximum hold passes: noted, and the holder asked to make way
-  // (unless a waiter has asked already), for the first waiter if there is
-  // one. The caller checks max_hold_over() first.
-  void reach_max_hold(held_state& s) {
+  // Asks the holder to make way, unless it has been asked already, for the
+  // first waiter if there is one; `why` is the request's reason.
+  void ask_once(held_state& s, const char* why) {
     bool ask = false;
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!s.registered) return;  // released meanwhile
-      s.max_hold_reached = true;
       ask = wants_yield(s);
       if (ask) s.yield_asked = true;
     }
     if (!ask) return;
     if (!s.yield_reader) s.yield_reader = std::make_unique<registry_reader>(s.base);
-    s.on_yield(first_waiting(*s.yield_reader, s.slot).value_or(yield_request{0, "max hold", 0}));
+    // Nobody waits: the request names its reason as its label too.
+    yield_request r = first_waiting(*s.yield_reader, s.slot).value_or(yield_request{0, why, 0});
+    r.reason = why;
+    s.on_yield(r);
+  }
+
+  // When the maximum hold passes: noted, and the holder asked to make way.
+  // The caller checks max_hold_over() first.
+  void reach_max_hold(held_state& s) {
+    s.max_hold_reached = true;
+    ask_once(s, "max hold");
   }
 
   // Milliseconds until `s`'s maximum hold passes (at least 0); -1 when it
@@ -219,6 +232,7 @@ class heartbeat_service {
         if (s.watch_tried && wants_yield(s) && (newly_watched || s.yield_watch_id < 0 || hit_yield()))
           check_yield(watches, s);
         if (max_hold_left(s, now) == 0) reach_max_hold(s);
+        if (s.idle_yield_due.exchange(false)) ask_once(s, "idle");
         if (!suspect && !due) continue;
         const auto mine = s.check_ours();
         if (mine == held_state::ownership::not_ours) {
@@ -326,7 +340,13 @@ held_state::kept held_state::keep_until_holder_exits() {
 
 void start_heartbeat(const std::shared_ptr<held_state>& s) { heartbeat_service::get().add(s); }
 
+void ask_idle_yield(held_state& s) {
+  s.idle_yield_due = true;
+  heartbeat_service::get().poke();
+}
+
 void held_state::stop_heartbeat() {
+  held_on = false;
   if (in_owner()) heartbeat_service::get().remove(this);
 }
 

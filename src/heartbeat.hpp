@@ -55,6 +55,14 @@ struct held_state {
   // heartbeat has no thread to notice it).
   bool max_hold_over() const;
   std::unique_ptr<registry_reader> yield_reader;  // the heartbeat thread's
+  // The site policy's idle rule (idle.hpp): watched by the idle thread
+  // while `held_on` is set; idle_yield_due asks the heartbeat thread to ask
+  // the holder to yield (the callback stays on that thread).
+  std::int64_t idle_after_ms = 0;
+  int idle_percent = 0;
+  bool idle_yield = false;
+  std::atomic<bool> held_on{true};
+  std::atomic<bool> idle_yield_due{false};
 
   // Kept by the heartbeat service (under its mutex).
   bool registered = false;
@@ -107,6 +115,9 @@ struct held_state {
 // Hands `s` to the process's heartbeat thread, which refreshes it every
 // period() and calls its on_lost when it is removed or replaced.
 void start_heartbeat(const std::shared_ptr<held_state>& s);
+// Has the heartbeat thread ask `s`'s holder to yield, once, because it
+// sits idle (idle.cpp); nothing when it has been asked already.
+void ask_idle_yield(held_state& s);
 
 }  // namespace offload_lock::detail
 

@@ -228,7 +228,7 @@ void record(const std::string& lock_path, history_entry e, std::string_view meta
   try {
     e.at = sys::now_ms();
     e.uid = sys::effective_uid();
-    if (e.event == "hold" && !e.token.empty()) {
+    if ((e.event == "hold" || e.event == "idle") && !e.token.empty()) {
       acquired_info a;
       if (recall(e.token, a)) {
         e.label = a.label;

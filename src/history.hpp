@@ -9,10 +9,10 @@
 // Where the history is not kept (no directory), a record costs one failed
 // open(2).
 //
-// The calls are made from four places only: the end of a top-level
+// The calls are made from five places only: the end of a top-level
 // acquisition (acquisition_record, in acquire.cpp), a held lock's release
-// (held_state::release) and release_by (release.cpp), and the reclaim of a
-// dead holder's lock (reclaim.cpp).
+// (held_state::release) and release_by (release.cpp), the reclaim of a
+// dead holder's lock (reclaim.cpp), and the idle thread (idle.cpp).
 #ifndef OFFLOAD_LOCK_SRC_HISTORY_HPP
 #define OFFLOAD_LOCK_SRC_HISTORY_HPP
 
@@ -32,7 +32,7 @@ namespace offload_lock::detail::history {
 // Appends `e` to the history of the lock at `lock_path` (a slot's path is
 // taken back to slot 0's, whose history every slot shares: e.gpu names the
 // slot). Sets e.at (now) and e.uid (this process's effective uid, which is
-// also the owner of the file it goes to). A "hold" entry with a token this
+// also the owner of the file it goes to). A "hold" or "idle" entry with a token this
 // process acquired is completed from what that acquisition recorded (its
 // label, slot, priority, declared duration, and held_ms from its start);
 // otherwise from `meta`, the lock's meta.json bytes, when given.

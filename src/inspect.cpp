@@ -4,8 +4,10 @@
 
 #include <algorithm>
 
+#include "idle.hpp"
 #include "offload_lock/slots.hpp"
 #include "os/clock.hpp"
+#include "os/files.hpp"
 #include "os/process.hpp"
 #include "queue.hpp"
 #include "registry.hpp"
@@ -99,6 +101,9 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
   }
   // Unknown counts as held: nobody may take it for free on a failed read.
   d.i.held = !d.v.stale();
+  if (d.i.held && d.o.dir.valid())
+    if (auto mark = sys::attr_at(d.o.dir.get(), meta_file_name, idle_attr, idle_mark_cap))
+      d.i.idle_since = parse_idle_mark(*mark);
   if (d.v.unknown()) d.i.problem = t.path + ": " + d.v.reason;
   if (d.v.stale()) set_stale(d.i, d.v.reason);
   d.i.v1_stale_reason = node_stale_reason(s, now, ttl, pv);

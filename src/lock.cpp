@@ -4,6 +4,7 @@
 #include "offload_lock/lock.hpp"
 
 #include "acquire.hpp"
+#include "idle.hpp"
 #include "inherit.hpp"
 #include "offload_lock/path.hpp"
 #include "os/process.hpp"
@@ -147,6 +148,9 @@ error lock::hold_until_holder_exits() {
   if (!held) return error(errc::lost, "hold of a lock that is not held here");
   held->stop_heartbeat();
   held->owner_pid = sys::self_pid();
+  // The idle rule's watch is the keeper's from now on (its own thread).
+  held->held_on = true;
+  if (held->idle_after_ms > 0) watch_idle(held, held->base);
   if (held->keep_until_holder_exits() == held_state::kept::lost) {
     held->released = true;
     detach();

@@ -51,7 +51,8 @@ result<plan> make_plan(const lock_options& asked, const std::string& base) {
   if (asked.max_hold.count() < 0) return bad("maximum hold below 0");
   // Then the site policy (policy.hpp): the priority, the maximum hold and
   // the expected duration from here on are what it leaves.
-  auto with_policy = apply_policy(asked, base, nullptr);
+  site_rules rules;
+  auto with_policy = apply_policy(asked, base, nullptr, &rules);
   if (!with_policy) return with_policy.error();
   const lock_options& o = *with_policy;
   if (o.gpus < 1 || o.gpus > max_gpus)
@@ -118,6 +119,9 @@ result<plan> make_plan(const lock_options& asked, const std::string& base) {
   p.hold.on_lost = o.on_lost;
   if (r.can_yield) p.hold.on_yield = o.on_yield_request;
   p.hold.max_hold_ms = o.max_hold.count();
+  p.hold.idle_after_ms = rules.idle_after_ms;
+  p.hold.idle_percent = rules.idle_percent;
+  p.hold.idle_yield = rules.idle_yield && r.can_yield;
   p.report.on_wait = o.on_wait;
   p.report.on_progress = o.on_progress;
   p.report.progress_every_ms = std::max<std::int64_t>(0, o.progress_every.count());

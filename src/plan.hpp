@@ -41,6 +41,10 @@ struct holding {
   std::function<void(const error&)> on_lost;
   std::function<void(const yield_request&)> on_yield;
   std::int64_t max_hold_ms = 0;  // 0: none
+  // The site policy's idle rule (idle.hpp); idle_after_ms 0: none.
+  std::int64_t idle_after_ms = 0;
+  int idle_percent = 0;
+  bool idle_yield = false;
 };
 
 // What a waiting acquisition reports (wait.hpp).

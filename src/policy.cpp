@@ -85,11 +85,20 @@ parsed parse_rules(const std::string& bytes) {
       why = names(k, v, out.rules.user_max);
     } else if (k == "groupMaxPriority") {
       why = names(k, v, out.rules.group_max);
-    } else if (k == "defaultMaxHold" || k == "maxHold" || k == "defaultExpect") {
+    } else if (k == "idlePercent") {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 100)
+        why = k + " is not a percentage (an integer from 0 to 100)";
+      else
+        out.rules.idle_percent = v.get<int>();
+    } else if (k == "idleYield") {
+      if (!v.is_boolean()) why = k + " is not true or false";
+      else out.rules.idle_yield = v.get<bool>();
+    } else if (k == "defaultMaxHold" || k == "maxHold" || k == "defaultExpect" || k == "idleAfter") {
       auto d = duration_value(v);
       if (!d) why = k + " is not a duration above 0 (a string such as \"2h\" or \"1h30m\")";
       else if (k == "defaultMaxHold") out.rules.default_max_hold_ms = *d;
       else if (k == "maxHold") out.rules.max_hold_ms = *d;
+      else if (k == "idleAfter") out.rules.idle_after_ms = *d;
       else out.rules.default_expect_ms = *d;
     } else {
       why = "unknown key \"" + k + "\"";
@@ -102,6 +111,8 @@ parsed parse_rules(const std::string& bytes) {
   if (out.rules.default_max_hold_ms > 0 && out.rules.max_hold_ms > 0 &&
       out.rules.default_max_hold_ms > out.rules.max_hold_ms)
     out.invalid = "defaultMaxHold is longer than maxHold";
+  else if (out.rules.idle_after_ms == 0 && out.rules.idle_yield)
+    out.invalid = "idleYield is set without idleAfter";
   return out;
 }
 
@@ -115,6 +126,9 @@ std::string summary_of(const site_rules& r) {
   if (r.max_hold_ms > 0) parts.push_back("maximum hold at most " + describe_duration(milliseconds(r.max_hold_ms)));
   if (r.default_expect_ms > 0)
     parts.push_back("expected " + describe_duration(milliseconds(r.default_expect_ms)) + " by default");
+  if (r.idle_after_ms > 0)
+    parts.push_back("idle after " + describe_duration(milliseconds(r.idle_after_ms)) + " at most " +
+                    std::to_string(r.idle_percent) + "% busy" + (r.idle_yield ? ", then asked to yield" : ""));
   if (parts.empty()) return "sets nothing";
   std::string s;
   for (const auto& p : parts) s += (s.empty() ? "" : ", ") + p;
@@ -177,12 +191,14 @@ site_policy_look look_at_policy(const std::string& lock_path) {
   return out;
 }
 
-result<lock_options> apply_policy(const lock_options& o, const std::string& base, std::vector<std::string>* notices) {
+result<lock_options> apply_policy(const lock_options& o, const std::string& base, std::vector<std::string>* notices,
+                                  site_rules* rules) {
   const site_policy_look look = look_at_policy(base);
   if (look.report.state == policy_state::invalid)
     return error(errc::bad_input, "site policy " + look.report.path + ": " + look.report.reason);
   if (look.report.state != policy_state::honoured) return o;
   const site_rules& r = look.rules;
+  if (rules) *rules = r;
   const std::string from = " (site policy " + look.report.path + ")";
   auto say = [&](const std::string& s) {
     if (notices) notices->push_back(s + from);

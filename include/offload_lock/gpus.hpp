@@ -105,6 +105,17 @@ OFFLOAD_LOCK_API int count_gpus();
 // the lock's parent directory; never blocks on the lock.
 OFFLOAD_LOCK_API int discover_slots(const std::string& path);
 
+// Whether process `pid` is `root` or descends from it (its parents read
+// from /proc, at most 64 generations up); false when a parent cannot be
+// read. How a GPU process is tied to a lock's holder.
+OFFLOAD_LOCK_API bool in_process_tree(std::int64_t pid, std::int64_t root);
+
+// Whether GPU `d` shows a holder idle: it lists no process that is one of
+// `holders` or descends from one, and it reports a utilization of at most
+// `busy_percent`. An unreported utilization is not idle (nothing is known).
+// The site policy's idle rule (offload_lock/policy.hpp) applies this.
+OFFLOAD_LOCK_API bool shows_idle(const gpu_device& d, const std::vector<std::int64_t>& holders, int busy_percent);
+
 // This process's CUDA_VISIBLE_DEVICES, read as parse_visible_devices reads
 // it against machine_gpus(); nullopt when the variable is not set (every
 // GPU allowed). May run nvidia-smi (to resolve UUIDs).

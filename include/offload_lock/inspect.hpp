@@ -30,9 +30,12 @@ inline constexpr milliseconds default_grace = std::chrono::seconds(2);
 // A waiter of a higher priority than the holder's, asking it to make way
 // (lock_options::on_yield_request).
 struct yield_request {
-  std::int64_t pid = 0;
-  std::string label;
+  std::int64_t pid = 0;  // the waiter it is for; 0: none waits
+  std::string label;     // the waiter's; when none waits, the reason
   int priority = 0;
+  // Why the holder is asked: "priority" (this waiter is above it), "max
+  // hold" (its maximum hold passed) or "idle" (the site policy's idle rule).
+  std::string reason = "priority";
 };
 
 struct info {
@@ -78,6 +81,10 @@ struct info {
   // asked to make way for (nullopt: none, or the holder cannot yield).
   bool can_yield = false;
   std::optional<yield_request> yield_requested;
+  // The holder's GPU has shown it idle since this epoch ms, by the site
+  // policy's idle rule (offload_lock/policy.hpp, "idleAfter"), as the
+  // holder marked it; nullopt when not idle, free, or no rule applies.
+  std::optional<std::int64_t> idle_since;
   // Set when the lock could not be looked at (for example EACCES on its
   // parent); held is then false and the message names the path and errno.
   std::string problem;

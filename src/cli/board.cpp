@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "cli/devices.hpp"
+#include "cli/history.hpp"
 #include "cli/lease_view.hpp"
 
 namespace offload_lock::cli {
@@ -90,6 +91,11 @@ std::string max_hold_text(const info& i) {
   return ", max hold in " + describe_duration(*i.max_hold_in);
 }
 
+std::string idle_text(const info& i, std::int64_t now_ms) {
+  if (!i.held || !i.idle_since) return std::string();
+  return ", idle for " + describe_duration(milliseconds(std::max<std::int64_t>(0, now_ms - *i.idle_since)));
+}
+
 std::string yield_text(const info& i) {
   if (!i.held || !i.yield_requested) return std::string();
   const auto& y = *i.yield_requested;
@@ -115,7 +121,8 @@ std::string render(const board& b, const args& a) {
   std::string out;
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     if (b.multi) out += "gpu" + std::to_string(slot_of(a, k)) + ": ";
-    out += status_line(b.slots[k]) + expectation(b.slots[k]) + max_hold_text(b.slots[k]) + yield_text(b.slots[k]) + "\n";
+    out += status_line(b.slots[k]) + expectation(b.slots[k]) + max_hold_text(b.slots[k]) +
+           idle_text(b.slots[k], now_epoch_ms()) + yield_text(b.slots[k]) + "\n";
     if (b.devices[k]) out += device_text(*b.devices[k]);
   }
   // A waiter's label and host are its own words: escaped like the holder's.
@@ -135,6 +142,10 @@ void add_expectation(ojson& j, const info& i) {
   // The maximum hold and what is left of it (below 0 once passed).
   j["maxHoldMs"] = i.held && i.max_hold.count() > 0 ? ojson(i.max_hold.count()) : ojson();
   j["maxHoldInMs"] = i.held ? ms_or_null(i.max_hold_in) : ojson();
+  // Idle by the site policy's rule: since when (epoch ms), and for how long.
+  const bool idle = i.held && i.idle_since;
+  j["idleSince"] = idle ? ojson(*i.idle_since) : ojson();
+  j["idleForMs"] = idle ? ojson(std::max<std::int64_t>(0, now_epoch_ms() - *i.idle_since)) : ojson();
   if (i.held && i.yield_requested)
     j["yieldRequested"] = {{"pid", i.yield_requested->pid},
                            {"label", i.yield_requested->label},
@@ -220,6 +231,9 @@ std::string prometheus(const board& b, const args& a, const std::string& path) {
       out += "offload_lock_holder_info" + l + ",label=" + prom_quote(b.slots[k].label) + ",host=" +
              prom_quote(b.slots[k].host) + "} 1\n";
     }
+  family("offload_lock_holder_idle", "1 when the holder's GPU has shown it idle for the site policy's idleAfter, else 0.");
+  for (std::size_t k = 0; k < b.slots.size(); ++k)
+    if (b.slots[k].held) out += "offload_lock_holder_idle" + labels(k) + (b.slots[k].idle_since ? " 1\n" : " 0\n");
   // The GPU under each slot, where nvidia-smi reported it.
   auto per_device = [&](const char* name, const char* help, auto value) {
     family(name, help);
@@ -258,7 +272,8 @@ std::string shape_of(const board& b) {
   std::string s;
   for (const auto& i : b.slots)
     s += i.token + "|" + std::to_string(i.pid.value_or(0)) + "|" + (i.held ? "h" : i.present ? "s" : "f") + "|" +
-         (i.yield_requested ? std::to_string(i.yield_requested->pid) : "") + ";";
+         (i.yield_requested ? std::to_string(i.yield_requested->pid) : "") + "|" +
+         (i.idle_since ? std::to_string(*i.idle_since) : "") + ";";
   for (const auto& w : b.waiters) s += std::to_string(w.pid) + "@" + std::to_string(w.since) + ";";
   for (const auto& d : b.devices)
     if (d)

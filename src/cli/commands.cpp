@@ -330,17 +330,21 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
   if (a.yield_signal > 0) {
     const int sig = a.yield_signal;
     const bool quiet = a.quiet;
-    const int own = o.priority;
     const std::string max_hold = describe_duration(o.max_hold);
-    // On the heartbeat thread, once per hold: for a waiter above, or at the
-    // maximum hold (a request for whoever waits, or none).
-    o.on_yield_request = [cmd_name, cmd_pid, sig, quiet, own, max_hold](const yield_request& r) {
+    // On the heartbeat thread, once per hold: for a waiter above, at the
+    // maximum hold or when idle by the site policy (a request for whoever
+    // waits, or none).
+    o.on_yield_request = [cmd_name, cmd_pid, sig, quiet, max_hold](const yield_request& r) {
       const std::string asking = "asking " + cmd_name + " to make way with " + os::signal_name(sig);
-      if (!quiet && r.pid != 0 && r.priority > own)
+      if (quiet) {
+      } else if (r.reason == "idle") {
+        say("the GPU has shown " + cmd_name + " idle for the site policy's idle time; " + asking);
+      } else if (r.reason == "max hold") {
+        say("the maximum hold of " + max_hold + " has passed; " + asking);
+      } else {
         say(r.label + " (pid " + std::to_string(r.pid) + ", priority " + std::to_string(r.priority) +
             ") waits with a higher priority; " + asking);
-      else if (!quiet)
-        say("the maximum hold of " + max_hold + " has passed; " + asking);
+      }
       os::send_signal(cmd_pid, sig);
     };
   }

@@ -7,19 +7,6 @@ namespace offload_lock::cli {
 
 namespace {
 
-// How far up the process tree a GPU process is looked for under the holder.
-constexpr int max_ancestry = 64;
-
-bool descends_from(std::int64_t pid, std::int64_t holder) {
-  for (int depth = 0; pid > 1 && depth < max_ancestry; ++depth) {
-    if (pid == holder) return true;
-    auto parent = os::parent_of(pid);
-    if (!parent || *parent == pid) return false;
-    pid = *parent;
-  }
-  return false;
-}
-
 // The name to show for a process: nvidia-smi's (a path: its last part),
 // else the kernel's.
 std::string shown_name(const gpu_process& p) {
@@ -39,7 +26,7 @@ std::optional<gpu_device> device_of_slot(const std::optional<std::vector<gpu_dev
     if (g.index != k) continue;
     gpu_device d = g;
     const std::int64_t holder = slot.held && slot.pid ? *slot.pid : 0;
-    for (auto& p : d.processes) p.holds_lock = holder > 0 && descends_from(p.pid, holder);
+    for (auto& p : d.processes) p.holds_lock = in_process_tree(p.pid, holder);
     return d;
   }
   return std::nullopt;

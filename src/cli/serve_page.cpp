@@ -90,6 +90,9 @@ const char* serve_page_script() {
       let holder = 'free';
       if (s.held) {
         holder = who(s.label, s.pid, s.host);
+        if (s.idleForMs !== null && s.idleForMs !== undefined) holder += ', idle for ' + dur(s.idleForMs + moved);
+        if (s.maxHoldInMs !== null && s.maxHoldInMs !== undefined)
+          holder += s.maxHoldInMs - moved > 0 ? ', max hold in ' + dur(s.maxHoldInMs - moved) : ', max hold passed';
         if (s.yieldRequested) holder += ', asked to make way for ' + shown(s.yieldRequested.label);
       } else if (s.stale) {
         holder = 'free (stale: ' + shown(s.stale) + ')';

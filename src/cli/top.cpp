@@ -108,7 +108,7 @@ std::vector<std::string> top_lines(const top_view& v, int cols, int rows) {
   lines.push_back(printable("offload-lock top: " + v.path) + "   " + local_time(v.now_ms).substr(11));
   lines.push_back("q quit   up/down select   w cancel a wait of yours   y ask a holder of yours to make way");
   lines.emplace_back();
-  std::vector<std::vector<std::string>> slots{{"GPU", "HOLDER", "HELD", "EXPECTED FREE", "PRIORITY"}};
+  std::vector<std::vector<std::string>> slots{{"GPU", "HOLDER", "HELD", "EXPECTED FREE", "MAX HOLD", "PRIORITY"}};
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     const info& i = b.slots[k];
     std::string expected = "-";
@@ -116,11 +116,16 @@ std::vector<std::string> top_lines(const top_view& v, int cols, int rows) {
       const auto left = i.expected - i.held_for - moved;
       expected = left.count() >= 0 ? "in ~" + dur(left) : "overdue by " + dur(-left);
     }
-    std::string holder = holder_text(i);
+    std::string max_hold = "-";
+    if (i.held && i.max_hold_in) {
+      const auto left = *i.max_hold_in - moved;
+      max_hold = left.count() > 0 ? "in " + dur(left) : "passed";
+    }
+    std::string holder = holder_text(i) + idle_text(i, v.now_ms);
     if (i.held && i.yield_requested)
       holder += printable(", asked to make way for " + i.yield_requested->label);
     slots.push_back({"gpu" + std::to_string(v.slot_numbers[k]), holder, i.held ? dur(i.held_for + moved) : "-",
-                     expected, i.held ? std::to_string(i.priority) : "-"});
+                     expected, max_hold, i.held ? std::to_string(i.priority) : "-"});
   }
   auto t = table(slots);
   for (std::size_t r = 0; r < t.size(); ++r) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -112,6 +113,14 @@ error unlink_at(int dirfd, const std::string& name, bool dir, const std::string&
 error chmod_fd(int f, unsigned mode, const std::string& shown);
 // Sets the mtime (and atime) of dirfd/name to now, not following symlinks.
 error touch_at(int dirfd, const std::string& name, const std::string& shown);
+// An extended attribute ("user.…") of an open file: set to `value`, or
+// removed (removing one that is not there is no error).
+error set_attr(int f, const char* attr, const std::string& value, const std::string& shown);
+error remove_attr(int f, const char* attr, const std::string& shown);
+// The attribute `attr` of the regular file dirfd/name (not following
+// symlinks), at most `cap` bytes; nullopt when it is not set, the file is
+// gone, or the file system keeps none.
+std::optional<std::string> attr_at(int dirfd, const std::string& name, const char* attr, std::size_t cap);
 // Names in a directory (without . and ..). With `cap`, at most that many
 // names, from the directory's start: the bounded look at a directory another
 // user may have flooded.

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -236,6 +237,31 @@ error touch_at(int dirfd, const std::string& name, const std::string& shown) {
   if (retry([&] { return calls.utimensat(dirfd, name.c_str(), nullptr, AT_SYMLINK_NOFOLLOW); }) != 0)
     return sys_error(errno, "touch", shown);
   return {};
+}
+
+error set_attr(int f, const char* attr, const std::string& value, const std::string& shown) {
+  if (retry([&] { return ::fsetxattr(f, attr, value.data(), value.size(), 0); }) != 0)
+    return sys_error(errno, "set attribute of", shown);
+  return {};
+}
+
+error remove_attr(int f, const char* attr, const std::string& shown) {
+  if (retry([&] { return ::fremovexattr(f, attr); }) != 0 && errno != ENODATA)
+    return sys_error(errno, "remove attribute of", shown);
+  return {};
+}
+
+std::optional<std::string> attr_at(int dirfd, const std::string& name, const char* attr, std::size_t cap) {
+  const int raw = retry([&] {
+    return calls.openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0);
+  });
+  if (raw < 0) return std::nullopt;
+  fd f(raw);
+  std::string value(cap, '\0');
+  const ssize_t n = retry([&] { return ::fgetxattr(f.get(), attr, value.data(), value.size()); });
+  if (n < 0) return std::nullopt;
+  value.resize(static_cast<std::size_t>(n));
+  return value;
 }
 
 result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, std::size_t cap) {

@@ -49,8 +49,6 @@ void open_missing_standard_fds() {
   }
 }
 
-std::optional<std::int64_t> parent_of(std::int64_t pid) { return sys::parent_of(pid); }
-
 std::optional<std::string> command_name(std::int64_t pid) { return sys::command_name(pid); }
 
 bool exits_within(std::int64_t pid, int ms) {

@@ -32,9 +32,6 @@ std::optional<std::vector<std::string>> list_names(const std::string& path);
 // main().
 void open_missing_standard_fds();
 
-// The parent pid of process `pid` (/proc/<pid>/stat); nullopt when it
-// cannot be read.
-std::optional<std::int64_t> parent_of(std::int64_t pid);
 // The kernel's name of process `pid` (/proc/<pid>/comm, at most 15 bytes,
 // chosen by that process: escape it before printing); nullopt when it
 // cannot be read.

@@ -1,6 +1,8 @@
 // The parsers of nvidia-smi's output and of CUDA_VISIBLE_DEVICES: what each
 // well-formed line gives, and that malformed or hostile output is dropped
 // or bounded rather than believed.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "offload_lock/gpus.hpp"
@@ -123,4 +125,27 @@ TEST_CASE("sizes in MiB for people", "[unit][cli][gpus]") {
   CHECK(describe_mib(812) == "812 MiB");
   CHECK(describe_mib(5222) == "5.1 GiB");
   CHECK(describe_mib(24564) == "24.0 GiB");
+}
+
+TEST_CASE("a GPU shows a holder idle only with none of its processes and little utilization", "[unit][cli][gpus][idle]") {
+  const std::int64_t self = ::getpid();
+  gpu_device d;
+  d.index = 0;
+  // Utilization not reported: nothing is known, so not idle.
+  CHECK_FALSE(shows_idle(d, {self}, 5));
+  d.utilization_pct = 5;
+  CHECK(shows_idle(d, {self}, 5));
+  d.utilization_pct = 6;
+  CHECK_FALSE(shows_idle(d, {self}, 5));
+  d.utilization_pct = 0;
+  // Another process (init descends from nobody here) leaves it idle; the
+  // holder itself, or a holder that is this process's parent, does not.
+  d.processes.push_back(gpu_process{1, "daemon", 10, false});
+  CHECK(shows_idle(d, {self}, 5));
+  d.processes.push_back(gpu_process{self, "job", 10, false});
+  CHECK_FALSE(shows_idle(d, {self}, 5));
+  CHECK_FALSE(shows_idle(d, {0, ::getppid()}, 5));
+  CHECK(shows_idle(d, {0}, 5));
+  CHECK(in_process_tree(self, ::getppid()));
+  CHECK_FALSE(in_process_tree(::getppid(), self));
 }

@@ -176,6 +176,7 @@ TEST_CASE("the library's on_yield_request is called once when the maximum hold p
     std::lock_guard<std::mutex> g(mu);
     CHECK(seen.pid == 0);
     CHECK(seen.label == "max hold");
+    CHECK(seen.reason == "max hold");
   }
   // Once per hold: nothing more however long it is kept.
   std::this_thread::sleep_for(1s);

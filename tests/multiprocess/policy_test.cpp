@@ -2,8 +2,10 @@
 // a clamped priority said and queued as clamped, the highest of a user's
 // group caps, a default and a capped maximum hold that end a hung job, a
 // default expected duration, an untrusted file ignored (mode, owner, links)
-// and said by doctor, an invalid one failing every acquisition in one line.
+// and said by doctor, an invalid one failing every acquisition in one line;
+// the idle rule with a stand-in nvidia-smi.
 #include <grp.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -201,6 +203,9 @@ TEST_CASE("an invalid site policy fails every acquisition with one line naming i
       {R"({"userMaxPriority": {"alice": "high"}})", "userMaxPriority.alice is not a priority"},
       {R"({"maxhold": "2h"})", "unknown key \"maxhold\""},
       {R"({"defaultMaxHold": "3h", "maxHold": "2h"})", "defaultMaxHold is longer than maxHold"},
+      {R"({"idleAfter": "10m", "idlePercent": 101})", "idlePercent is not a percentage (an integer from 0 to 100)"},
+      {R"({"idleAfter": "10m", "idleYield": "yes"})", "idleYield is not true or false"},
+      {R"({"idleYield": true})", "idleYield is set without idleAfter"},
       {R"([1, 2])", "not a JSON object"},
       {"{", "not a JSON object"},
   };
@@ -220,4 +225,112 @@ TEST_CASE("an invalid site policy fails every acquisition with one line naming i
     CHECK(ol::site_policy(d.lock()).state == ol::policy_state::invalid);
   }
   CHECK_THAT(run_cli(with_lock(d, {"doctor"})).out, Catch::Contains("is invalid, and every acquisition of the lock fails"));
+}
+
+namespace {
+
+// A stand-in nvidia-smi answering from two files the test rewrites: the
+// --query-gpu line of GPU 0 and its compute apps. Each run of the GPU
+// query adds a line to a counter file.
+struct stand_in_gpu {
+  explicit stand_in_gpu(const temp_dir& d) : bin(d.path / "bin"), gpu(d.path / "gpu.csv"), apps(d.path / "apps.csv"),
+                                             runs(d.path / "gpu-runs") {
+    fs::create_directory(bin);
+    write_file(bin / "nvidia-smi",
+               "#!/bin/sh\ncase \"$*\" in\n"
+               "  *-L*) echo 'GPU 0: Stand-in (UUID: GPU-0000aaaa)';;\n"
+               "  *query-gpu*) echo run >> '" + runs.string() + "'; cat '" + gpu.string() + "';;\n"
+               "  *query-compute-apps*) cat '" + apps.string() + "';;\n  *) exit 9;;\nesac\n");
+    fs::permissions(bin / "nvidia-smi", fs::owner_all);
+    busy_percent(0);
+    write_file(apps, "");
+  }
+  void busy_percent(int p) {
+    write_file(gpu, "0, GPU-0000aaaa, Stand-in, 100, 1000, " + std::to_string(p) + "\n");
+  }
+  void process(long pid) { write_file(apps, "GPU-0000aaaa, " + std::to_string(pid) + ", job, 50\n"); }
+  std::size_t looks() const {
+    if (!fs::exists(runs)) return 0;
+    const std::string t = read_file(runs);
+    return static_cast<std::size_t>(std::count(t.begin(), t.end(), '\n'));
+  }
+  env_changes env() const { return {{"PATH", bin.string() + ":" + std::string(::getenv("PATH"))}}; }
+  fs::path bin, gpu, apps, runs;
+};
+
+nlohmann::json status_json(const temp_dir& d, const env_changes& env) {
+  return nlohmann::json::parse(run_cli(with_lock(d, {"--json", "status"}), env).out, nullptr, false);
+}
+
+bool shown_idle(const temp_dir& d, const env_changes& env) {
+  auto j = status_json(d, env);
+  return j.is_object() && j["held"] == true && j["idleSince"].is_number_integer() && j["idleForMs"].is_number_integer();
+}
+
+}  // namespace
+
+TEST_CASE("a site policy's idle rule marks a holder its GPU shows idle, asks it to yield, and unmarks it when busy",
+          "[multiprocess][policy][idle]") {
+  // The stand-in would not be the only one answering on a machine with a driver.
+  if (fs::exists("/proc/driver/nvidia/gpus")) return;
+  temp_dir d;
+  stand_in_gpu gpu(d);
+  const env_changes env = gpu.env();
+  write_policy(d, R"({"idleAfter": "1s", "idlePercent": 5, "idleYield": true})");
+  const auto history = run_cli(with_lock(d, {"history", "--start"}));
+  REQUIRE(history.code == 0);
+  child job(cli_exe(),
+            with_lock(d, {"run", "--yield-signal", "USR1", "--", "sh", "-c",
+                          "trap 'echo yielded' USR1; echo started $$; while :; do sleep 0.1; done"}),
+            env);
+  auto started = job.read_line();
+  REQUIRE(started);
+  REQUIRE_THAT(*started, Catch::StartsWith("started "));
+  const long cmd_pid = std::stol(started->substr(8));
+
+  // Its own CMD on the GPU at 0%: busy. Five looks after this one are more
+  // than the 1 s of the rule (a look every 250 ms at the soonest).
+  gpu.process(cmd_pid);
+  const std::size_t before = gpu.looks();
+  REQUIRE(eventually([&] { return gpu.looks() >= before + 6; }, 60s));
+  CHECK_FALSE(shown_idle(d, env));
+
+  // No process of its own and 3% busy (at most 5%): idle, said everywhere,
+  // and the holder asked once to make way (its yield signal).
+  write_file(gpu.apps, "GPU-0000aaaa, 1, some-daemon, 10\n");
+  gpu.busy_percent(3);
+  REQUIRE(eventually([&] { return shown_idle(d, env); }, 60s));
+  CHECK_THAT(run_cli(with_lock(d, {"status"}), env).out, Catch::Contains(", idle for "));
+  CHECK_THAT(run_cli(with_lock(d, {"status", "--prometheus"}), env).out,
+             Catch::Contains("offload_lock_holder_idle{lock=\"" + d.lock() + "\",gpu=\"0\"} 1"));
+  CHECK(job.read_line(60s) == std::optional<std::string>("yielded"));
+  CHECK_THAT(job.err_text(), Catch::Contains("idle for the site policy's idle time; asking sh to make way with SIGUSR1"));
+
+  // Busy again (80%): the mark goes.
+  gpu.busy_percent(80);
+  REQUIRE(eventually([&] { return !shown_idle(d, env); }, 60s));
+  CHECK(status_json(d, env)["idleSince"].is_null());
+  CHECK_THAT(run_cli(with_lock(d, {"status", "--prometheus"}), env).out,
+             Catch::Contains("offload_lock_holder_idle{lock=\"" + d.lock() + "\",gpu=\"0\"} 0"));
+  job.kill(SIGTERM);
+  (void)job.wait(60s);
+  // Both changes are in the history.
+  const std::string h = run_cli(with_lock(d, {"--json", "history"})).out;
+  CHECK_THAT(h, Catch::Contains(R"("event":"idle")") && Catch::Contains(R"("outcome":"idle")") &&
+                    Catch::Contains(R"("outcome":"busy")"));
+}
+
+TEST_CASE("without a GPU an idle rule marks nothing", "[multiprocess][policy][idle]") {
+  temp_dir d;
+  stand_in_gpu gpu(d);
+  // nvidia-smi fails on every query: nothing is known, nothing is idle.
+  write_file(gpu.bin / "nvidia-smi", "#!/bin/sh\necho run >> '" + gpu.runs.string() + "'\nexit 1\n");
+  fs::permissions(gpu.bin / "nvidia-smi", fs::owner_all);
+  write_policy(d, R"({"idleAfter": "1s"})");
+  child job(cli_exe(), with_lock(d, {"run", "--", "sh", "-c", "echo started; exec sleep 600"}), gpu.env());
+  REQUIRE(job.read_line() == std::optional<std::string>("started"));
+  REQUIRE(eventually([&] { return gpu.looks() >= 6; }, 60s));
+  CHECK_FALSE(shown_idle(d, gpu.env()));
+  job.kill(SIGTERM);
+  (void)job.wait(60s);
 }

@@ -378,6 +378,7 @@ TEST_CASE("the library's on_yield_request is called once and yield_requested() s
     CHECK(seen.label == "normal");
     CHECK(seen.priority == 0);
     CHECK(seen.pid > 0);
+    CHECK(seen.reason == "priority");
   }
   auto w2 = queued_run(d, "second", order, {"--priority", "5"});
   until_queued(d, 2);
