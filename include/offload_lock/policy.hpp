@@ -11,7 +11,10 @@
 //     "groupMaxPriority": {"render": 20},        is named: the highest of those applies
 //     "defaultMaxHold": "2h",                    the maximum hold of a holder that asks none
 //     "maxHold": "8h",                           the longest maximum hold anyone may have
-//     "defaultExpect": "30m"                     the declared duration of one that declares none
+//     "defaultExpect": "30m",                    the declared duration of one that declares none
+//     "idleAfter": "20m",                        a holder its GPU shows idle this long is idle:
+//     "idlePercent": 5,                          none of its processes on its GPU, at most 5% busy
+//     "idleYield": true                          ... and then asked, once, to make way
 //   }
 //
 // Every key is optional; an unknown key, a priority outside -100..100 and a
