@@ -323,6 +323,7 @@ acquisition_record::acquisition_record(const lock_options& opt, const std::strin
     e.other_pid = r.pid;
     e.other_label = r.label;
     e.other_priority = r.priority;
+    e.reason = r.reason;
     record(sh->base, std::move(e));
     user(r);
   };

@@ -60,9 +60,15 @@ std::string entry_text(const history_entry& e, bool slots) {
            user_of(e.uid) + " took the lock over (" + (e.reason.empty() ? std::string("stale") : e.reason) + ")";
     else s += subject + " ended a hold: " + e.outcome + held;
     if (e.yield_asked) s += "; it had been asked to make way";
+  } else if (e.event == "yield-asked" && (e.reason == "idle" || e.reason == "max hold") && e.other_pid == 0) {
+    s += subject + " was asked to make way: " + (e.reason == "idle" ? "its GPU showed it idle" : "its maximum hold passed");
   } else if (e.event == "yield-asked") {
     s += subject + " was asked to make way for " + (e.other_label.empty() ? std::string("a waiter") : e.other_label) +
-         " (pid " + std::to_string(e.other_pid) + ", priority " + std::to_string(e.other_priority) + ")";
+         " (pid " + std::to_string(e.other_pid) + ", priority " + std::to_string(e.other_priority) + ")" +
+         (e.reason == "idle" ? ": its GPU showed it idle" : e.reason == "max hold" ? ": its maximum hold passed" : "");
+  } else if (e.event == "idle") {
+    s += subject + (e.outcome == "busy" ? ": its GPU shows it working again" : ": its GPU shows it idle") +
+         (e.held_ms >= 0 ? " (held " + dur(e.held_ms) + ")" : std::string());
   } else if (e.event == "passed-over") {
     s += subject + " passed over pid " + std::to_string(e.other_pid) + ", which left the lock unclaimed ahead of it";
   } else {

@@ -318,6 +318,9 @@ TEST_CASE("a site policy's idle rule marks a holder its GPU shows idle, asks it 
   const std::string h = run_cli(with_lock(d, {"--json", "history"})).out;
   CHECK_THAT(h, Catch::Contains(R"("event":"idle")") && Catch::Contains(R"("outcome":"idle")") &&
                     Catch::Contains(R"("outcome":"busy")"));
+  CHECK_THAT(run_cli(with_lock(d, {"history"})).out,
+             Catch::Contains("its GPU shows it idle") && Catch::Contains("its GPU shows it working again") &&
+                 Catch::Contains("was asked to make way: its GPU showed it idle"));
 }
 
 TEST_CASE("without a GPU an idle rule marks nothing", "[multiprocess][policy][idle]") {
