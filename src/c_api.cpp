@@ -15,6 +15,7 @@
 #include "offload_lock/describe.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
+#include "os/clock.hpp"
 
 namespace {
 
@@ -111,6 +112,10 @@ offload_lock_queue_info queue_info_of(const ol::info& i) {
   if (i.held && i.max_hold.count() > 0 && i.max_hold_in) {
     q.max_hold_ms = i.max_hold.count();
     q.max_hold_in_ms = i.max_hold_in->count();
+  }
+  if (i.held && i.idle_since) {
+    q.idle_since_ms = *i.idle_since;
+    q.idle_for_ms = std::max<std::int64_t>(0, ol::detail::sys::now_ms() - *i.idle_since);
   }
   return q;
 }

@@ -238,6 +238,10 @@ export interface SlotStatus extends LockInfo {
   maxHoldMs: number | null;
   /** What is left of it, ms (below 0 once it has passed); null when there is none. */
   maxHoldInMs: number | null;
+  /** When a site policy's idleAfter marked the holder's GPU idle, epoch ms; null when not idle (or free). */
+  idleSince: number | null;
+  /** How long it has been idle, ms; null when not idle. */
+  idleForMs: number | null;
   /** A waiter of a higher priority than the holder's asked it to yield; null when none (or free). */
   yieldRequested: YieldRequest | null;
 }

@@ -275,6 +275,10 @@ typedef struct offload_lock_queue_info {
   int64_t max_hold_ms;
   /* What is left of it (below 0 once passed); meaningful when max_hold_ms > 0. */
   int64_t max_hold_in_ms;
+  /* When the holder's GPU was marked idle (epoch ms; a site policy's
+     idleAfter), and for how long since; both 0: not idle, or not held. */
+  int64_t idle_since_ms;
+  int64_t idle_for_ms;
 } offload_lock_queue_info;
 
 /* One inspection of the lock at `path` (as offload_lock_inspect_ex, whose

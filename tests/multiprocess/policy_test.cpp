@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "offload_lock/offload_lock.h"
 #include "offload_lock/offload_lock.hpp"
 #include "support.hpp"
 
@@ -267,6 +268,16 @@ bool shown_idle(const temp_dir& d, const env_changes& env) {
   return j.is_object() && j["held"] == true && j["idleSince"].is_number_integer() && j["idleForMs"].is_number_integer();
 }
 
+// The C API's view of the mark (the Python package's): when it was made, 0
+// when there is none.
+std::int64_t c_idle_since(const temp_dir& d) {
+  offload_lock_queue_info q{};
+  q.size = sizeof q;
+  REQUIRE(offload_lock_inspect_queue(d.lock().c_str(), 0, nullptr, &q) == OFFLOAD_LOCK_OK);
+  if (q.idle_since_ms == 0) CHECK(q.idle_for_ms == 0);
+  return q.idle_since_ms;
+}
+
 }  // namespace
 
 TEST_CASE("a site policy's idle rule marks a holder its GPU shows idle, asks it to yield, and unmarks it when busy",
@@ -301,6 +312,7 @@ TEST_CASE("a site policy's idle rule marks a holder its GPU shows idle, asks it 
   gpu.busy_percent(3);
   REQUIRE(eventually([&] { return shown_idle(d, env); }, 60s));
   CHECK_THAT(run_cli(with_lock(d, {"status"}), env).out, Catch::Contains(", idle for "));
+  CHECK(c_idle_since(d) == status_json(d, env)["idleSince"].get<std::int64_t>());
   CHECK_THAT(run_cli(with_lock(d, {"status", "--prometheus"}), env).out,
              Catch::Contains("offload_lock_holder_idle{lock=\"" + d.lock() + "\",gpu=\"0\"} 1"));
   CHECK(job.read_line(60s) == std::optional<std::string>("yielded"));
@@ -310,6 +322,7 @@ TEST_CASE("a site policy's idle rule marks a holder its GPU shows idle, asks it 
   gpu.busy_percent(80);
   REQUIRE(eventually([&] { return !shown_idle(d, env); }, 60s));
   CHECK(status_json(d, env)["idleSince"].is_null());
+  CHECK(c_idle_since(d) == 0);
   CHECK_THAT(run_cli(with_lock(d, {"status", "--prometheus"}), env).out,
              Catch::Contains("offload_lock_holder_idle{lock=\"" + d.lock() + "\",gpu=\"0\"} 0"));
   job.kill(SIGTERM);

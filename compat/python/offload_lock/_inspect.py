@@ -55,6 +55,8 @@ def queue_dict(q: N.QueueInfo, held: bool) -> Dict[str, Any]:
         "freeInMs": (q.free_in_ms if q.free_in_ms >= 0 else None) if held else 0,
         "maxHoldMs": q.max_hold_ms if held and q.max_hold_ms > 0 else None,
         "maxHoldInMs": q.max_hold_in_ms if held and q.max_hold_ms > 0 else None,
+        "idleSince": q.idle_since_ms if held and q.idle_since_ms > 0 else None,
+        "idleForMs": q.idle_for_ms if held and q.idle_since_ms > 0 else None,
         "yieldRequested": y,
     }
 

@@ -94,6 +94,8 @@ class QueueInfo(ctypes.Structure):
         ("yield_label", ctypes.c_char * 1024),
         ("max_hold_ms", ctypes.c_int64),
         ("max_hold_in_ms", ctypes.c_int64),
+        ("idle_since_ms", ctypes.c_int64),
+        ("idle_for_ms", ctypes.c_int64),
     ]
 
 
