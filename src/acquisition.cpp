@@ -214,9 +214,19 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
     return std::shared_ptr<held_state>();
   }
 
-  // Free (absent) or stale: this waiter's only when nobody is ahead for it.
-  if (!queue_read_) read_queue();
-  const queue_view view = place_.view(s.k);
+  // Free (absent) or stale: this waiter's only when nobody is ahead for it
+  // as the queue stands after this look. A queue read before it may still
+  // list one that has since taken the lock and let it go (a waiter leaves
+  // the queue as it takes the lock, before it can release): waiting for it
+  // would leave the free lock unclaimed until those behind this waiter pass
+  // it over, and serve them first.
+  const bool read_before_look = queue_read_;
+  if (!read_before_look) read_queue();
+  queue_view view = place_.view(s.k);
+  if (read_before_look && !view.ahead.empty()) {
+    read_queue();
+    view = place_.view(s.k);
+  }
   if (!view.ahead.empty()) {
     const queue_entry& front = view.ahead.front();
     // A stopped process cannot claim: no grace for it.
@@ -233,6 +243,7 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
       return std::shared_ptr<held_state>();
     }
     r.grace_left = sooner(r.grace_left, left);
+    sys::crash_point("acquisition.grace");
     r.holders.push_back(d->i);
     if (snap.present) arm(s, *d, r, active);
     return std::shared_ptr<held_state>();
@@ -354,6 +365,7 @@ result<std::shared_ptr<held_state>> acquisition::run() {
     std::optional<queue_view> primary;
     if (place_.joined()) {
       read_queue();
+      sys::crash_point("acquisition.queue-read");
       int own = -1;
       active = false;
       for (const auto& s : slots_) {
