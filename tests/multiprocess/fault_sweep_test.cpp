@@ -38,7 +38,10 @@ namespace {
 
 // ---- the faulty participant (a child of this binary) ----
 
-std::string g_call;
+// Never destroyed: the library's heartbeat thread, which lives as long as
+// the process, may still call through the table while exit() runs the
+// destructors of globals.
+std::string& g_call = *new std::string;
 int g_errno = 0;
 long g_nth = 0;
 bool g_persist = false;

@@ -27,8 +27,11 @@ namespace {
 
 // ---- the child side ----
 
-// The call a scenario fails, and how.
-std::string g_fail_call;
+// The call a scenario fails, and how. The strings the table reads are
+// never destroyed: the library's heartbeat thread, which lives as long as the
+// process, may still call through the table while exit() runs the
+// destructors of globals.
+std::string& g_fail_call = *new std::string;
 int g_fail_errno = 0;
 long g_fail_nth = 0;  // fail the Nth call (1-based); 0: never
 std::atomic<long> g_calls{0};
@@ -105,7 +108,8 @@ int scenario_fail(const std::string& path, char** rest) {
 // its move aside, "another participant" replaces it with a live lock of
 // LIVE_PID; the reclaim must put that one back. Prints the acquisition's
 // result (wait 0).
-std::string g_path, g_name;
+std::string& g_path = *new std::string;
+std::string& g_name = *new std::string;
 long g_live_pid = 0;
 int scenario_putback(const std::string& path, char** rest) {
   g_path = path;
