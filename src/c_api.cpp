@@ -15,7 +15,6 @@
 #include "offload_lock/describe.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
-#include "os/clock.hpp"
 
 namespace {
 
@@ -115,7 +114,7 @@ offload_lock_queue_info queue_info_of(const ol::info& i) {
   }
   if (i.held && i.idle_since) {
     q.idle_since_ms = *i.idle_since;
-    q.idle_for_ms = std::max<std::int64_t>(0, ol::detail::sys::now_ms() - *i.idle_since);
+    q.idle_for_ms = i.idle_for ? i.idle_for->count() : 0;
   }
   return q;
 }

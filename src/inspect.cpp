@@ -102,8 +102,10 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
   // Unknown counts as held: nobody may take it for free on a failed read.
   d.i.held = !d.v.stale();
   if (d.i.held && d.o.dir.valid())
-    if (auto mark = sys::attr_at(d.o.dir.get(), meta_file_name, idle_attr, idle_mark_cap))
+    if (auto mark = sys::attr_at(d.o.dir.get(), meta_file_name, idle_attr, idle_mark_cap)) {
       d.i.idle_since = parse_idle_mark(*mark);
+      if (d.i.idle_since) d.i.idle_for = milliseconds(std::max<std::int64_t>(0, now - *d.i.idle_since));
+    }
   if (d.v.unknown()) d.i.problem = t.path + ": " + d.v.reason;
   if (d.v.stale()) set_stale(d.i, d.v.reason);
   d.i.v1_stale_reason = node_stale_reason(s, now, ttl, pv);

@@ -83,8 +83,10 @@ struct info {
   std::optional<yield_request> yield_requested;
   // The holder's GPU has shown it idle since this epoch ms, by the site
   // policy's idle rule (offload_lock/policy.hpp, "idleAfter"), as the
-  // holder marked it; nullopt when not idle, free, or no rule applies.
+  // holder marked it, and for how long at the look (at least 0); both
+  // nullopt when not idle, free, or no rule applies.
   std::optional<std::int64_t> idle_since;
+  std::optional<milliseconds> idle_for;
   // Set when the lock could not be looked at (for example EACCES on its
   // parent); held is then false and the message names the path and errno.
   std::string problem;

@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "cli/devices.hpp"
-#include "cli/history.hpp"
 #include "cli/lease_view.hpp"
 
 namespace offload_lock::cli {
@@ -69,6 +68,7 @@ board aged(board b, milliseconds elapsed) {
     i.age += elapsed;
     if (i.expected_free_in) i.expected_free_in = down(*i.expected_free_in);
     if (i.max_hold_in) *i.max_hold_in -= elapsed;  // below 0 once passed
+    if (i.idle_for) *i.idle_for += elapsed;
   }
   for (auto& w : b.waiters) {
     w.waited += elapsed;
@@ -91,9 +91,9 @@ std::string max_hold_text(const info& i) {
   return ", max hold in " + describe_duration(*i.max_hold_in);
 }
 
-std::string idle_text(const info& i, std::int64_t now_ms) {
-  if (!i.held || !i.idle_since) return std::string();
-  return ", idle for " + describe_duration(milliseconds(std::max<std::int64_t>(0, now_ms - *i.idle_since)));
+std::string idle_text(const info& i, milliseconds moved) {
+  if (!i.held || !i.idle_for) return std::string();
+  return ", idle for " + describe_duration(*i.idle_for + moved);
 }
 
 std::string yield_text(const info& i) {
@@ -122,7 +122,7 @@ std::string render(const board& b, const args& a) {
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     if (b.multi) out += "gpu" + std::to_string(slot_of(a, k)) + ": ";
     out += status_line(b.slots[k]) + expectation(b.slots[k]) + max_hold_text(b.slots[k]) +
-           idle_text(b.slots[k], now_epoch_ms()) + yield_text(b.slots[k]) + "\n";
+           idle_text(b.slots[k], milliseconds(0)) + yield_text(b.slots[k]) + "\n";
     if (b.devices[k]) out += device_text(*b.devices[k]);
   }
   // A waiter's label and host are its own words: escaped like the holder's.
@@ -143,9 +143,9 @@ void add_expectation(ojson& j, const info& i) {
   j["maxHoldMs"] = i.held && i.max_hold.count() > 0 ? ojson(i.max_hold.count()) : ojson();
   j["maxHoldInMs"] = i.held ? ms_or_null(i.max_hold_in) : ojson();
   // Idle by the site policy's rule: since when (epoch ms), and for how long.
-  const bool idle = i.held && i.idle_since;
+  const bool idle = i.held && i.idle_since && i.idle_for;
   j["idleSince"] = idle ? ojson(*i.idle_since) : ojson();
-  j["idleForMs"] = idle ? ojson(std::max<std::int64_t>(0, now_epoch_ms() - *i.idle_since)) : ojson();
+  j["idleForMs"] = idle ? ojson(i.idle_for->count()) : ojson();
   if (i.held && i.yield_requested)
     j["yieldRequested"] = {{"pid", i.yield_requested->pid},
                            {"label", i.yield_requested->label},

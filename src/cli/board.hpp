@@ -57,8 +57,8 @@ std::string expectation(const info& i);
 // holder declared none.
 std::string max_hold_text(const info& i);
 // ", idle for 12m" (the site policy's idle rule marked the holder idle),
-// or nothing; `now_ms` is the wall clock's epoch ms.
-std::string idle_text(const info& i, std::int64_t now_ms);
+// or nothing; `moved` is how long ago `i` was looked at.
+std::string idle_text(const info& i, milliseconds moved);
 // ", yield requested by llm-eval (priority 10)", escaped; nothing when
 // nobody asked.
 std::string yield_text(const info& i);

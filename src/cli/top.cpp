@@ -121,7 +121,7 @@ std::vector<std::string> top_lines(const top_view& v, int cols, int rows) {
       const auto left = *i.max_hold_in - moved;
       max_hold = left.count() > 0 ? "in " + dur(left) : "passed";
     }
-    std::string holder = holder_text(i) + idle_text(i, v.now_ms);
+    std::string holder = holder_text(i) + idle_text(i, moved);
     if (i.held && i.yield_requested)
       holder += printable(", asked to make way for " + i.yield_requested->label);
     slots.push_back({"gpu" + std::to_string(v.slot_numbers[k]), holder, i.held ? dur(i.held_for + moved) : "-",

@@ -268,13 +268,23 @@ bool shown_idle(const temp_dir& d, const env_changes& env) {
   return j.is_object() && j["held"] == true && j["idleSince"].is_number_integer() && j["idleForMs"].is_number_integer();
 }
 
+// How long idle a view made between `before` and `after` (epoch ms) says
+// a mark of `since` has been: the time since it, as of the look.
+void check_idle_for(std::int64_t since, std::int64_t idle_for, std::int64_t before, std::int64_t after) {
+  CHECK(idle_for >= before - since);
+  CHECK(idle_for <= after - since);
+}
+
 // The C API's view of the mark (the Python package's): when it was made, 0
 // when there is none.
 std::int64_t c_idle_since(const temp_dir& d) {
   offload_lock_queue_info q{};
   q.size = sizeof q;
+  const std::int64_t before = now_ms();
   REQUIRE(offload_lock_inspect_queue(d.lock().c_str(), 0, nullptr, &q) == OFFLOAD_LOCK_OK);
+  const std::int64_t after = now_ms();
   if (q.idle_since_ms == 0) CHECK(q.idle_for_ms == 0);
+  else check_idle_for(q.idle_since_ms, q.idle_for_ms, before, after);
   return q.idle_since_ms;
 }
 
@@ -312,6 +322,12 @@ TEST_CASE("a site policy's idle rule marks a holder its GPU shows idle, asks it 
   gpu.busy_percent(3);
   REQUIRE(eventually([&] { return shown_idle(d, env); }, 60s));
   CHECK_THAT(run_cli(with_lock(d, {"status"}), env).out, Catch::Contains(", idle for "));
+  {
+    const std::int64_t before = now_ms();
+    auto j = status_json(d, env);
+    const std::int64_t after = now_ms();
+    check_idle_for(j["idleSince"].get<std::int64_t>(), j["idleForMs"].get<std::int64_t>(), before, after);
+  }
   CHECK(c_idle_since(d) == status_json(d, env)["idleSince"].get<std::int64_t>());
   CHECK_THAT(run_cli(with_lock(d, {"status", "--prometheus"}), env).out,
              Catch::Contains("offload_lock_holder_idle{lock=\"" + d.lock() + "\",gpu=\"0\"} 1"));
