@@ -85,10 +85,14 @@ void acquisition::read_queue() {
 
 result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, claim* c, const std::string* written) {
   if (staged && place_.joined()) {
-    // Handed over past those still ahead in line (a stopped head, say):
-    // they were passed over, and the record says so as for any pass-over.
+    // Handed over past a stopped waiter still ahead in line (a releasing
+    // holder skips those, handoff.cpp): it was passed over, and the record
+    // says so as for any pass-over. One that joined ahead after the
+    // releaser chose (of a higher priority, say) did nothing wrong: it is
+    // next, not passed over.
     read_queue();
-    for (const auto& e : place_.view(s.k).ahead) place_.pass_over(e);
+    for (const auto& e : place_.view(s.k).ahead)
+      if (sys::stopped(e.rec.pid).value_or(false)) place_.pass_over(e);
   }
   meta_record rec = record_for(s);
   rec.passed_over = place_.passed_still_queued();

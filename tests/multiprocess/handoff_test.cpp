@@ -167,6 +167,46 @@ TEST_CASE("a waiter that read the queue before the one ahead held and left takes
   CHECK(private_names(d).empty());
 }
 
+TEST_CASE("a waiter that joins ahead while the lock is handed over is not passed over by the one it reaches",
+          "[multiprocess][acquisition][handoff][queue]") {
+  // The holder chooses the first in line (low), checks its staged lock and
+  // stands still (SIGSTOP) before the swap; meanwhile a waiter of a higher
+  // priority (high) joins, ahead of low. The swap then gives low the lock,
+  // as chosen. high did nothing wrong: it is next, not passed over (it would
+  // be listed in low's passedOver, and those behind would skip it).
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  child holder(cli_exe(), with_lock(d, {"run", "--label", "holder", "--", "sh", "-c", "echo held; read x"}),
+               {{"OFFLOAD_LOCK_TEST_STOP_AT", "handoff.checked"}});
+  REQUIRE(holder.read_line() == std::optional<std::string>("held"));
+  child low(cli_exe(), with_lock(d, {"run", "--label", "low", "--", "sh", "-c",
+                                     "echo \"$0\" >> \"$1\"; echo held; read x", "low", log}));
+  until_queued(d, 1);
+  REQUIRE(eventually([&] {
+    for (fs::directory_iterator it(d.path), end; it != end; ++it)
+      if (it->path().filename().string().find(".next-") != std::string::npos) return true;
+    return false;
+  }));
+  holder.write_line("go");
+  REQUIRE(eventually([&] { return process_state(holder.pid()) == 'T'; }));
+  child high(cli_exe(), with_lock(d, {"run", "--priority", "10", "--label", "high", "--", "sh", "-c",
+                                      "echo \"$0\" >> \"$1\"", "high", log}));
+  until_queued(d, 2);
+  holder.kill(SIGCONT);
+  REQUIRE(low.read_line(60s) == std::optional<std::string>("held"));
+  REQUIRE(holder.wait(60s) == std::optional<int>(0));
+  const auto meta = nlohmann::json::parse(read_file(fs::path(d.lock()) / "meta.json"), nullptr, false);
+  REQUIRE(meta.is_object());
+  CHECK(meta.value("label", "") == "low");
+  CHECK_FALSE(meta.contains("passedOver"));
+  low.write_line("go");
+  CHECK(low.wait(60s) == std::optional<int>(0));
+  CHECK(high.wait(60s) == std::optional<int>(0));
+  CHECK(lines_of(log) == std::vector<std::string>{"low", "high"});
+  CHECK(private_names(d).empty());
+}
+
 TEST_CASE("the lock passes to a staged waiter without the path ever being absent", "[multiprocess][acquisition][handoff]") {
   temp_dir d;
   const int n = 6;
