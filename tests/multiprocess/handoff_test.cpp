@@ -55,6 +55,13 @@ std::set<std::string> private_names(const temp_dir& d) {
   return out;
 }
 
+// Whether a waiter has staged its lock beside the lock (a `.next-` name).
+bool staged_beside(const temp_dir& d) {
+  for (fs::directory_iterator it(d.path), end; it != end; ++it)
+    if (it->path().filename().string().find(".next-") != std::string::npos) return true;
+  return false;
+}
+
 struct lock_id {
   ino_t ino = 0;
   std::string meta;
@@ -183,11 +190,7 @@ TEST_CASE("a waiter that joins ahead while the lock is handed over is not passed
   child low(cli_exe(), with_lock(d, {"run", "--label", "low", "--", "sh", "-c",
                                      "echo \"$0\" >> \"$1\"; echo held; read x", "low", log}));
   until_queued(d, 1);
-  REQUIRE(eventually([&] {
-    for (fs::directory_iterator it(d.path), end; it != end; ++it)
-      if (it->path().filename().string().find(".next-") != std::string::npos) return true;
-    return false;
-  }));
+  REQUIRE(eventually([&] { return staged_beside(d); }));
   holder.write_line("go");
   REQUIRE(eventually([&] { return process_state(holder.pid()) == 'T'; }));
   child high(cli_exe(), with_lock(d, {"run", "--priority", "10", "--label", "high", "--", "sh", "-c",
@@ -245,11 +248,7 @@ TEST_CASE("the lock passes to a staged waiter without the path ever being absent
   });
   // Released only once the next one in line has staged its lock: then every
   // handoff is a swap.
-  auto staged = [&] {
-    for (fs::directory_iterator it(d.path), end; it != end; ++it)
-      if (it->path().filename().string().find(".next-") != std::string::npos) return true;
-    return false;
-  };
+  auto staged = [&] { return staged_beside(d); };
   REQUIRE(eventually(staged));
   holder.release();
   for (int k = 0; k < n; ++k) {
