@@ -92,7 +92,7 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
     // next, not passed over.
     read_queue();
     for (const auto& e : place_.view(s.k).ahead)
-      if (sys::stopped(e.rec.pid).value_or(false)) place_.pass_over(e);
+      if (cannot_claim(e)) place_.pass_over(e);
   }
   meta_record rec = record_for(s);
   rec.passed_over = place_.passed_still_queued();
@@ -233,9 +233,7 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
   }
   if (!view.ahead.empty()) {
     const queue_entry& front = view.ahead.front();
-    // A stopped process cannot claim: no grace for it.
-    const std::int64_t left =
-        sys::stopped(front.rec.pid).value_or(false) ? 0 : s.clock.available(view.ahead, my_uid);
+    const std::int64_t left = cannot_claim(front) ? 0 : s.clock.available(view.ahead, my_uid);
     if (left == 0) {
       place_.pass_over(front);
       // Another user's budget for this free period is spent: all of its

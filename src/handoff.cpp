@@ -164,9 +164,7 @@ std::optional<queue_entry> next_in_line(const std::string& base, int slot, const
   registry_reader r(base);
   for (auto& e : r.live()) {
     if (!accepts(e.rec, slot) || skip.count(passed_name(e))) continue;
-    // A stopped waiter (SIGSTOP, a debugger) would hold the lock while it
-    // cannot use it: it keeps its place, and the next one is served.
-    if (sys::stopped(e.rec.pid).value_or(false)) continue;
+    if (cannot_claim(e)) continue;  // it keeps its place; the next one is served
     return std::optional<queue_entry>(std::move(e));
   }
   return std::nullopt;

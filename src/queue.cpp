@@ -24,6 +24,8 @@ queue_place::queue_place(const plan& p) : p_(p), reader_(p.base) {
   rec_.slots = p.entry.slots;
 }
 
+bool cannot_claim(const queue_entry& e) { return sys::stopped(e.rec.pid).value_or(false); }
+
 queue_place::~queue_place() { leave(); }
 
 void queue_place::join() {

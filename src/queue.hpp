@@ -45,6 +45,12 @@ struct queue_view {
 // The entry name as meta.json's passedOver records it: "<user dir>/<name>".
 std::string passed_name(const queue_entry& e);
 
+// A waiter that cannot claim the lock now: its process is stopped (SIGSTOP,
+// a debugger), and would hold the lock while it cannot use it. It keeps its
+// place; a releaser hands the lock past it, and a waiter behind it passes it
+// over without a grace. A look that fails counts as not stopped.
+bool cannot_claim(const queue_entry& e);
+
 // One waiter's place in the queue of the lock at `base` (slot 0's path).
 // Made when an acquisition starts; the entry is written by join() and
 // removed by leave() or the destructor. Not thread-safe.
