@@ -5,6 +5,7 @@
 #include "acquisition.hpp"
 #include "history.hpp"
 #include "inherit.hpp"
+#include "lease_join.hpp"
 #include "offload_lock/slots.hpp"
 #include "os/process.hpp"
 #include "plan.hpp"
@@ -44,12 +45,35 @@ result<lock> acquire_one(const plan& p) {
   if (e == local_gate::entered::nested) return acquirer::make(gate, false, k);
   if (e != local_gate::entered::owner) return gate_outcome(e, t->path);
   if (passed_down(p, *gate, *t)) return acquirer::make(gate, true, k);
+  const auto lease = lease_to_take(p);
+  if (lease && p.inherit) {
+    // Started under a gpulease holder's lease: held through it. Waiting for
+    // the lock here could wait for an offload-lock holder that waits for
+    // that very lease (lease_join.hpp).
+    auto in = lease_passed_down();
+    if (in.k == gpulease::inheritance::kind::refused) {
+      gate->leave();
+      return error(errc::lost, in.why);
+    }
+    if (in.k == gpulease::inheritance::kind::current) {
+      std::lock_guard<std::mutex> g(gate->mu);
+      gate->inherited_lease_epoch = in.lease->epoch;
+      gate->inherited_lease_env = in.lease->child_environment();
+      return acquirer::make(gate, true, k);
+    }
+  }
   acquisition a(p);
   auto held = a.run();
   if (!held) {
     gate->leave();
     return held.error();
   }
+  if (lease)
+    if (error lease_failed = take_lease(p, *lease, **held)) {
+      (void)(*held)->release();
+      gate->leave();
+      return lease_failed;
+    }
   std::lock_guard<std::mutex> g(gate->mu);
   gate->held = std::move(*held);
   return acquirer::make(gate, true, k);

@@ -87,14 +87,15 @@ class heartbeat_service {
     return m;
   }
 
-  void report_lost(held_state& s) {
+  // `what`: what was lost, the lock's path when empty (else the lease's claim).
+  void report_lost(held_state& s, const std::string& what = {}) {
     {
       std::lock_guard<std::mutex> g(mu_);
       // Released meanwhile: our own release, not a loss.
       if (!s.registered) return;
       s.registered = false;
     }
-    if (s.on_lost) s.on_lost(error(errc::lost, s.t.path));
+    if (s.on_lost) s.on_lost(error(errc::lost, what.empty() ? s.t.path : what));
   }
 
   // Watches the queue of a holder that can yield: the registry directory,
@@ -245,8 +246,8 @@ class heartbeat_service {
           continue;
         }
         if (due) {
-          s.touch();
           s.next_touch = now + s.period();
+          if (!s.touch()) report_lost(s, s.lease_claim_path());
         }
       }
     }
@@ -295,10 +296,38 @@ held_state::ownership held_state::check_ours(error* why) const {
   return !mb->truncated && parse_meta(mb->bytes).token == token ? ownership::ours : ownership::not_ours;
 }
 
-void held_state::touch() {
+bool held_state::touch() {
   sys::crash_point("heartbeat.touch");
   (void)sys::touch_at(dir.get(), meta_file_name, t.path + "/" + meta_file_name);
   sys::crash_point("heartbeat.touched");
+  std::lock_guard<std::mutex> g(lease_mu);
+  // A renewal that fails for another reason is retried at the next one:
+  // gpulease waits 120 s and the end of the window before it takes over.
+  return !lease || lease->renew() != errc::lost;
+}
+
+std::string held_state::lease_claim_path() {
+  std::lock_guard<std::mutex> g(lease_mu);
+  return lease ? lease->claim_path() : std::string();
+}
+
+std::uint64_t held_state::lease_epoch() {
+  std::lock_guard<std::mutex> g(lease_mu);
+  return lease ? lease->epoch() : 0;
+}
+
+std::vector<std::pair<std::string, std::string>> held_state::lease_environment() {
+  std::lock_guard<std::mutex> g(lease_mu);
+  if (!lease) return {};
+  return lease->child_environment();
+}
+
+error held_state::release_lease() {
+  std::lock_guard<std::mutex> g(lease_mu);
+  if (!lease) return {};
+  error e = lease->release();
+  lease.reset();
+  return e;
 }
 
 held_state::kept held_state::keep_until_holder_exits() {
@@ -331,8 +360,7 @@ held_state::kept held_state::keep_until_holder_exits() {
     const auto why = w.wait(timeout, {}, &fired);
     if (std::find(fired.begin(), fired.end(), pid_id) != fired.end()) return kept::holder_exited;
     if (why == sys::watcher::wake::timeout && sys::monotonic_ms() >= touch_at) {
-      if (!still_ours()) return kept::lost;
-      touch();
+      if (!still_ours() || !touch()) return kept::lost;
       touch_at = sys::monotonic_ms() + period();
     }
   }

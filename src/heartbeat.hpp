@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include <set>
-
+#include "gpulease/hold.hpp"
 #include "lock_dir.hpp"
 #include "offload_lock/error.hpp"
 #include "offload_lock/inspect.hpp"
@@ -64,6 +66,19 @@ struct held_state {
   std::atomic<bool> held_on{true};
   std::atomic<bool> idle_yield_due{false};
 
+  // The gpulease lease held with the lock (lease_join.hpp), or none; set
+  // once the lock is held, while the heartbeat may already run.
+  std::mutex lease_mu;
+  std::unique_ptr<gpulease::lease_hold> lease;
+  // The lease's epoch and the GPU_LEASE_* of a process started under it
+  // (0 and none without a lease).
+  std::uint64_t lease_epoch();
+  std::string lease_claim_path();
+  std::vector<std::pair<std::string, std::string>> lease_environment();
+  // Releases the lease (first, at the lock's release): lost when it was
+  // not ours any more.
+  error release_lease();
+
   // Kept by the heartbeat service (under its mutex).
   bool registered = false;
   int watch_id = -1;
@@ -95,8 +110,10 @@ struct held_state {
   // This is the process that took the lock (not a forked child of it).
   bool in_owner() const;
   // Refreshes meta.json's mtime (errors ignored: the next refresh retries,
-  // and the OFD lock and the pid rule keep the lock held meanwhile).
-  void touch();
+  // and the OFD lock and the pid rule keep the lock held meanwhile), and
+  // renews the lease. false when the lease turned out to be lost (replaced
+  // by another holder); the lock itself is still ours then.
+  bool touch();
 
   enum class kept { lost, holder_exited };
   // For a lock held on behalf of another process: blocks, refreshing the

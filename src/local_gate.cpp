@@ -75,7 +75,7 @@ void local_gate::own_process() {
     owner_ = 0;
     depth = 0;
     held.reset();
-    inherited_token.clear();
+    forget_inherited();
   }
   pid_ = me;
 }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "heartbeat.hpp"
@@ -53,6 +54,16 @@ class local_gate {
   std::mutex mu;
   std::shared_ptr<held_state> held;
   std::string inherited_token;  // set when the claim is the parent process's (B11)
+  // Set when this process runs under a gpulease holder's lease (GPU_LEASE_*):
+  // its epoch and the variables to pass on (lease_join.hpp).
+  std::uint64_t inherited_lease_epoch = 0;
+  std::vector<std::pair<std::string, std::string>> inherited_lease_env;
+  bool passes_through() const { return !inherited_token.empty() || inherited_lease_epoch != 0; }
+  void forget_inherited() {
+    inherited_token.clear();
+    inherited_lease_epoch = 0;
+    inherited_lease_env.clear();
+  }
   int depth = 0;                // acquisitions by the owner thread, nested ones included
   // Whether the state belongs to this process (not a forked copy); resets it
   // when it does not. Call with `mu` held.

@@ -56,7 +56,7 @@ bool lock::still_held() const {
   if (!h_ || forked_copy(*h_)) return false;
   std::lock_guard<std::mutex> g(h_->gate->mu);
   if (h_->gate->held) return h_->gate->held->still_ours();
-  return !h_->gate->inherited_token.empty();
+  return h_->gate->passes_through();
 }
 
 bool lock::yield_requested() const {
@@ -81,14 +81,31 @@ int lock::gpu() const noexcept { return h_ ? h_->gpu : 0; }
 std::int64_t lock::pid() const { return h_ && h_->gate->held ? h_->gate->held->pid : 0; }
 bool lock::nested() const noexcept { return h_ && !h_->outermost; }
 bool lock::inherited() const noexcept {
-  return h_ && h_->outermost && !h_->gate->held && !h_->gate->inherited_token.empty();
+  return h_ && h_->outermost && !h_->gate->held && h_->gate->passes_through();
+}
+
+std::uint64_t lock::lease_epoch() const {
+  if (!h_ || forked_copy(*h_)) return 0;
+  std::shared_ptr<held_state> held;
+  {
+    std::lock_guard<std::mutex> g(h_->gate->mu);
+    if (!h_->gate->held) return h_->gate->inherited_lease_epoch;
+    held = h_->gate->held;
+  }
+  return held->lease_epoch();
 }
 
 std::vector<std::pair<std::string, std::string>> lock::child_environment() const {
   if (!h_ || forked_copy(*h_)) return {};
   std::lock_guard<std::mutex> g(h_->gate->mu);
+  if (!h_->gate->held && h_->gate->inherited_token.empty()) return h_->gate->inherited_lease_env;
   std::string path = h_->gate->held ? h_->gate->held->t.path : inherited_path().value_or("");
-  return {{env_lock_path, path}, {env_lock_token, token()}};
+  std::vector<std::pair<std::string, std::string>> env{{env_lock_path, path}, {env_lock_token, token()}};
+  // The lease's too: a gpulease participant started under this lock holds
+  // through it instead of waiting for it.
+  auto lease = h_->gate->held ? h_->gate->held->lease_environment() : h_->gate->inherited_lease_env;
+  env.insert(env.end(), lease.begin(), lease.end());
+  return env;
 }
 
 error lock::release() {
@@ -105,7 +122,7 @@ error lock::release() {
   if (g.depth > 0) --g.depth;
   if (!h->outermost) return {};
   std::shared_ptr<held_state> held = std::move(g.held);
-  g.inherited_token.clear();
+  g.forget_inherited();
   g.depth = 0;
   guard.unlock();
   error e = held ? held->release() : error{};  // an inherited claim stays the parent's
@@ -126,9 +143,12 @@ void lock::detach() noexcept {
     if (h->gate->held) {
       h->gate->held->stop_heartbeat();
       h->gate->held->released = true;
+      // The lease stays with the lock: whoever keeps the lock keeps it.
+      std::lock_guard<std::mutex> lg(h->gate->held->lease_mu);
+      if (h->gate->held->lease) h->gate->held->lease->abandon();
     }
     h->gate->held.reset();
-    h->gate->inherited_token.clear();
+    h->gate->forget_inherited();
     h->gate->depth = 0;
   }
   h->gate->leave();
@@ -148,10 +168,21 @@ error lock::hold_until_holder_exits() {
   if (!held) return error(errc::lost, "hold of a lock that is not held here");
   held->stop_heartbeat();
   held->owner_pid = sys::self_pid();
+  {
+    std::lock_guard<std::mutex> lg(held->lease_mu);
+    if (held->lease) held->lease->adopt();
+  }
   // The idle rule's watch is the keeper's from now on (its own thread).
   held->held_on = true;
   if (held->idle_after_ms > 0) watch_idle(held, held->base);
   if (held->keep_until_holder_exits() == held_state::kept::lost) {
+    const std::string lease = held->lease_claim_path();
+    (void)held->release_lease();  // removes nothing that is not ours any more
+    if (held->still_ours()) {
+      // Only the lease was lost: the lock goes too, the GPU is not reserved.
+      (void)release();
+      return error(errc::lost, lease);
+    }
     held->released = true;
     detach();
     return error(errc::lost, held->t.path);

@@ -67,6 +67,8 @@ result<plan> make_plan(const lock_options& asked, const std::string& base) {
   if (!o.token.empty() && !valid_token(o.token)) return bad("token '" + o.token + "'");
   if (o.ttl.count() <= 0) return bad("TTL " + std::to_string(o.ttl.count()) + " ms (above 0)");
   if (o.grace.count() < 0) return bad("grace below 0");
+  if (!o.lease_class.empty() && o.lease_class != "media" && o.lease_class != "text")
+    return bad("lease class '" + o.lease_class + "' (media or text)");
 
   plan p;
   p.base = base;
@@ -77,6 +79,7 @@ result<plan> make_plan(const lock_options& asked, const std::string& base) {
   p.until = o.wait == wait_forever ? deadline::forever() : deadline::in_ms(o.wait.count());
   p.cancel_fds = o.cancel_fds;
   p.inherit = o.inherit;
+  if (!o.lease_class.empty()) p.lease_class = o.lease_class;
 
   const std::string label = o.label.empty() ? sys::program_name() : o.label;
   p.entry.queue = o.register_waiter;

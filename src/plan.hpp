@@ -63,6 +63,7 @@ struct plan {
   deadline until = deadline::forever();
   std::vector<int> cancel_fds;
   bool inherit = true;
+  std::string lease_class = "media";  // the gpulease lease taken with the lock (lease_join.hpp)
   entry_plan entry;
   // The meta.json record, all but what each claim fills in (startedAt, the
   // slot, those passed over).

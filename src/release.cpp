@@ -27,6 +27,11 @@ error held_state::release() {
   stop_heartbeat();
   if (released) return {};
   released = true;
+  // The lease first: the lock, still held, keeps every offload-lock waiter
+  // and v1 runner out until it is handed on or removed; a gpulease waiter
+  // may take the lease now, and the next offload-lock holder then waits for
+  // it (lease_join.hpp). Its loss is reported once the lock is released.
+  error lease_lost = release_lease();
   // The look and the move under one flock with every other mover of this
   // directory (reclaim.hpp, mover_lock).
   mover_lock movers(dir.get());
@@ -52,13 +57,13 @@ error held_state::release() {
     history::record(t.path, history::hold_end(token, ended, yield_asked), meta);
     sys::unguard_from_fork(meta_fd.get());
     meta_fd.reset();
-    return {};
+    return lease_lost;
   }
   auto r = remove_exact(t, id, "cannot release lock " + t.path, "release");
   if (!r) return r.error();
   const bool removed = *r == removal::removed;
   history::record(t.path, history::hold_end(token, removed ? ended : "lost", yield_asked), meta);
-  return removed ? error{} : error(errc::lost, t.path);
+  return removed ? lease_lost : error(errc::lost, t.path);
 }
 
 }  // namespace detail

@@ -127,6 +127,13 @@ struct lock_options {
   // Must not throw; keep it short (it delays the heartbeat of every lock of
   // the process).
   std::function<void(const error&)> on_lost;
+  // Where the upstream's current runners keep a gpulease lease (a state
+  // root exists: OFFLOAD_LOCK_LEASE_ROOT, LOCAL_OFFLOAD_STATE_DIR or
+  // /var/lib/local-offload), the acquisition of a plain lock also holds
+  // the lease, recording this class in it: "media" (the default when
+  // empty) or "text" (else errc::bad_input). lock::lease_epoch() is its
+  // fencing epoch. doc/protocol-gpulease.md.
+  std::string lease_class;
 };
 
 namespace detail {
@@ -222,6 +229,9 @@ class OFFLOAD_LOCK_API lock {
   bool nested() const noexcept;
   // True when the lock is the parent process's, passed down (B11).
   bool inherited() const noexcept;
+  // The fencing epoch of the gpulease lease held with this lock, or of the
+  // one this process runs under (GPU_LEASE_EPOCH); 0 when there is none.
+  std::uint64_t lease_epoch() const;
   // env_lock_path and env_lock_token for the environment of a child
   // process, so that its own acquisitions of this lock pass through.
   std::vector<std::pair<std::string, std::string>> child_environment() const;

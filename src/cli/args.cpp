@@ -74,11 +74,12 @@ const std::map<std::string, std::vector<std::string>>& command_options() {
   static const std::map<std::string, std::vector<std::string>> t = {
       {"path", {"--explain"}},
       {"status", {"--watch", "--prometheus", "--gpus", "--gpu"}},
-      {"acquire", {"--wait", "--remind", "--pid", "--label", "--priority", "--expect", "--max-hold", "--gpus", "--gpu"}},
+      {"acquire", {"--wait", "--remind", "--pid", "--label", "--priority", "--expect", "--max-hold", "--class", "--gpus",
+                   "--gpu"}},
       {"release", {"--pid", "--token", "--force", "--gpus", "--gpu"}},
       {"run", {"--wait", "--remind", "--label", "--priority", "--expect", "--max-hold", "--max-hold-grace", "--yield-signal",
-               "--busy-exit", "--on-lost", "--gpus", "--gpu"}},
-      {"hold", {"--wait", "--remind", "--label", "--priority", "--expect", "--max-hold", "--gpus", "--gpu"}},
+               "--busy-exit", "--on-lost", "--class", "--gpus", "--gpu"}},
+      {"hold", {"--wait", "--remind", "--label", "--priority", "--expect", "--max-hold", "--class", "--gpus", "--gpu"}},
       {"wait-free", {"--wait", "--poll", "--within"}},
       {"doctor", {}},
       {"history", {"--since", "--by", "--start"}},
@@ -230,6 +231,10 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
     } else if (a == "--label" && takes(a)) {
       if (auto e = value(a, out.label)) return e;
       if (out.label.size() > 1024) return std::string("--label is longer than 1024 bytes");
+    } else if (a == "--class" && takes(a)) {
+      if (auto e = value(a, out.lease_class)) return e;
+      if (out.lease_class != "media" && out.lease_class != "text")
+        return "invalid class for --class: '" + out.lease_class + "' (media or text)";
     } else if (a == "--priority" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;

@@ -32,6 +32,7 @@ struct args {
   std::string token;                          // release
   bool force = false;                         // release
   std::string label;
+  std::string lease_class;                    // --class: media or text (the gpulease lease's)
   std::chrono::milliseconds expect{0};        // acquire / run / hold --expect; 0: undeclared
   std::chrono::milliseconds max_hold{0};      // run / hold / acquire --max-hold; 0: none
   std::chrono::milliseconds max_hold_grace = std::chrono::seconds(30);  // run --max-hold-grace

@@ -37,7 +37,11 @@ std::string failure_message(const error& e, const args& a, const lock_options& o
              " that CUDA_VISIBLE_DEVICES allows are held";
     if (o.gpu < 0 && o.gpus > 1) return how + "all " + std::to_string(o.gpus) + " GPU slots of " + path + " are held";
     const std::string p = gpu_slot_path(path, o.gpu);
-    return how + p + " is " + status_line(inspect(p, a.ttl));
+    const info i = inspect(p, a.ttl);
+    // The lock was free: what held the acquisition up was the gpulease
+    // lease taken with it, which the error names.
+    if (!i.present && e.context() != p) return how + e.context();
+    return how + p + " is " + status_line(i);
   }
   return e.message();
 }
@@ -57,6 +61,7 @@ lock_options options_for(const args& a, const gpu_plan& gpus, const std::string&
   o.wait = a.wait.value_or(wait_forever);
   o.ttl = a.ttl;
   o.label = a.label;
+  o.lease_class = a.lease_class;
   o.priority = a.priority;
   o.expected = a.expect;
   o.max_hold = a.max_hold;
@@ -95,6 +100,8 @@ std::string held_path(const std::string& path, const lock& l) { return gpu_slot_
 ojson held_json(const args& a, const gpu_plan& gpus, const std::string& path, const lock& l) {
   ojson j = to_json(inspect(held_path(path, l), a.ttl));
   if (gpus.slotted) j["gpu"] = l.gpu();
+  // The fencing epoch of the gpulease lease held with the lock (or run under).
+  if (const auto epoch = l.lease_epoch()) j["leaseEpoch"] = epoch;
   return j;
 }
 
@@ -194,8 +201,13 @@ int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
   else if (gpus.slotted) std::cout << l->token() << " " << l->gpu() << std::endl;
   else std::cout << l->token() << std::endl;
   if (l->inherited()) {
-    // Started under this very lock (inside `offload-lock run`): nothing to keep.
-    if (!a.quiet) say("passing through: " + held_path(path, *l) + " is held by the offload-lock run this process runs under");
+    // Started under this very lock (inside `offload-lock run`), or under a
+    // gpulease holder's lease: nothing to keep.
+    if (!a.quiet && l->token().empty())
+      say("passing through: the gpulease lease (epoch " + std::to_string(l->lease_epoch()) +
+          ") this process runs under holds the GPU");
+    else if (!a.quiet)
+      say("passing through: " + held_path(path, *l) + " is held by the offload-lock run this process runs under");
     return exit_ok;
   }
   // A detached keeper keeps the lock fresh while the holder lives and
@@ -372,7 +384,12 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
         " could start; not starting it");
     return exit_lost;
   }
-  if (auto e = child->start(l->gpu())) {
+  // CMD runs under the lease held with the lock too (GPU_LEASE_*): a
+  // gpulease participant it starts holds through it.
+  os::gated_child::env_list late;
+  for (auto& kv : l->child_environment())
+    if (kv.first.rfind("GPU_LEASE_", 0) == 0) late.push_back(std::move(kv));
+  if (auto e = child->start(l->gpu(), late)) {
     (void)l->release();
     if (child->ended_before_start() >= 0) return child->ended_before_start();
     say("cannot run " + a.cmd[0] + ": " + e.code().message());

@@ -38,14 +38,15 @@ const std::map<std::string, std::string>& helps() {
        "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
       {"acquire",
        "offload-lock acquire [-w|--wait DUR] [--remind DUR] [--pid PID] [-l|--label TEXT]\n"
-       "                     [--priority P] [--expect DUR] [--max-hold DUR] [--gpus N|auto | --gpu K]\n"
+       "                     [--priority P] [--expect DUR] [--max-hold DUR] [--class media|text]\n"
+       "                     [--gpus N|auto | --gpu K]\n"
        "  Take the lock on behalf of PID (default: the calling process's parent, so a script or\n"
        "  Node runner calling this command is the recorded holder) and print its token. The lock\n"
        "  stays held after this command exits; a background keeper refreshes it while PID lives\n"
        "  and releases it when PID exits. Exit 0 taken, 1 busy when --wait ends (default forever).\n"
        "  With --gpus or --gpu it prints the token and the slot taken: TOKEN K.\n"
        "  --priority P, --expect DUR: as for run. --max-hold DUR is recorded for status (\"max hold\n"
-       "  passed 3m ago\"); nothing ends the hold when it passes.\n"},
+       "  passed 3m ago\"); nothing ends the hold when it passes. --class: as for run.\n"},
       {"release",
        "offload-lock release [--pid PID | --token TOKEN] [--force] [--gpus N|auto | --gpu K]\n"
        "  Remove the lock only if that holder holds it (default: --pid of the calling process's\n"
@@ -54,7 +55,7 @@ const std::map<std::string, std::string>& helps() {
       {"run",
        "offload-lock run [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--priority P] [--expect DUR]\n"
        "                 [--max-hold DUR [--max-hold-grace DUR]] [--yield-signal SIG] [--busy-exit N]\n"
-       "                 [--on-lost warn|term] [--gpus N|auto | --gpu K] -- CMD [ARG...]\n"
+       "                 [--on-lost warn|term] [--class media|text] [--gpus N|auto | --gpu K] -- CMD [ARG...]\n"
        "  Hold the lock while CMD runs and exit with CMD's status (128+N when killed by signal N).\n"
        "  CMD's pid is the recorded holder, so the lock stays held while CMD lives even if\n"
        "  offload-lock itself is killed. SIGINT, SIGTERM and SIGHUP sent to offload-lock go to CMD.\n"
@@ -72,10 +73,13 @@ const std::map<std::string, std::string>& helps() {
        "  --max-hold DUR: CMD may hold the lock that long. Then it receives the yield signal (with\n"
        "  --yield-signal), after --max-hold-grace DUR (default 30s) SIGTERM, after another grace\n"
        "  SIGKILL (to its process group when it leads one); the lock is released and run exits\n"
-       "  124, however CMD ended once the maximum hold had passed.\n"},
+       "  124, however CMD ended once the maximum hold had passed.\n"
+       "  Where a gpulease state root exists (OFFLOAD_LOCK_LEASE_ROOT, LOCAL_OFFLOAD_STATE_DIR or\n"
+       "  /var/lib/local-offload), the lock comes with a gpulease lease of --class (default media),\n"
+       "  and CMD sees its GPU_LEASE_DIR, GPU_LEASE_EPOCH and GPU_LEASE_CLASS.\n"},
       {"hold",
        "offload-lock hold [-w|--wait DUR] [--remind DUR] [-l|--label TEXT] [--priority P] [--expect DUR]\n"
-       "                  [--max-hold DUR] [--gpus N|auto | --gpu K]\n"
+       "                  [--max-hold DUR] [--class media|text] [--gpus N|auto | --gpu K]\n"
        "  Take the lock, print one line `acquired {json}` on stdout, hold it until stdin reaches\n"
        "  EOF or SIGTERM/SIGINT arrives, then release it and exit 0. Exit 1 when busy after\n"
        "  --wait, 5 when the lock was removed or replaced during the hold (whoever did it, even\n"

@@ -116,7 +116,7 @@ record new_record(std::uint64_t epoch, const take_options& o) {
   const std::int64_t now = sys::now_ms();
   r.epoch = epoch;
   r.lease_class = to_string(o.cls);
-  r.pid = sys::self_pid();
+  r.pid = o.holder_pid > 0 ? o.holder_pid : sys::self_pid();
   if (auto s = sys::start_of(r.pid)) r.start_ticks = static_cast<std::int64_t>(s->ticks);
   r.job_id = o.job_id;
   r.origin = o.origin;
@@ -198,7 +198,7 @@ lease_hold::take_result lease_hold::try_take(const lease_location& loc, const ta
     if (*placed) {
       sys::crash_point("lease.claimed");
       res.status = take_status::held;
-      res.hold.emplace(lease_hold(loc.dir, std::move(r), o.cls, **placed));
+      res.hold.emplace(lease_hold(loc.dir, std::move(r), o.cls, **placed, sys::self_pid()));
       return res;
     }
   }
@@ -212,7 +212,12 @@ lease_hold::take_result lease_hold::try_take(const lease_location& loc, const ta
 }
 
 lease_hold::lease_hold(lease_hold&& o) noexcept
-    : dir_(std::move(o.dir_)), rec_(std::move(o.rec_)), cls_(o.cls_), id_(o.id_), released_(o.released_) {
+    : dir_(std::move(o.dir_)),
+      rec_(std::move(o.rec_)),
+      cls_(o.cls_),
+      id_(o.id_),
+      owner_pid_(o.owner_pid_),
+      released_(o.released_) {
   o.released_ = true;
 }
 
@@ -223,6 +228,7 @@ lease_hold& lease_hold::operator=(lease_hold&& o) noexcept {
     rec_ = std::move(o.rec_);
     cls_ = o.cls_;
     id_ = o.id_;
+    owner_pid_ = o.owner_pid_;
     released_ = o.released_;
     o.released_ = true;
   }
@@ -253,7 +259,7 @@ error lease_hold::check() const {
 
 error lease_hold::renew() {
   if (released_) return error(errc::lost, claim_path() + " was released");
-  if (sys::self_pid() != rec_.pid) return error(errc::lost, claim_path() + " is held by the parent process");
+  if (sys::self_pid() != owner_pid_) return error(errc::lost, claim_path() + " is held by the parent process");
   if (auto e = check()) return e;
   auto d = sys::open_dir(sys::cwd, dir_, /*nofollow=*/false, dir_);
   if (!d) return d.error();
@@ -274,7 +280,7 @@ error lease_hold::release() {
   if (released_) return {};
   released_ = true;
   // A forked child's copy: the lease is its parent's to release.
-  if (sys::self_pid() != rec_.pid) return {};
+  if (sys::self_pid() != owner_pid_) return {};
   if (auto e = check()) return e;
   auto d = sys::open_dir(sys::cwd, dir_, /*nofollow=*/false, dir_);
   if (!d) return d.error();
@@ -287,6 +293,8 @@ error lease_hold::release() {
   if (!st || st->id != id_) return error(errc::lost, claim_path() + " was replaced while it was released");
   return sys::unlink_at(d->get(), claim_name, false, claim_path());
 }
+
+void lease_hold::adopt() { owner_pid_ = sys::self_pid(); }
 
 std::vector<std::pair<std::string, std::string>> lease_hold::child_environment() const {
   return {

@@ -50,6 +50,10 @@ struct take_options {
   // a v1 lock record, to make one meta.json that is both (record.hpp
   // append_record). Not validated here.
   std::string leading_object;
+  // The process the claim names as the holder (its pid and start time);
+  // 0: this one. offload-lock's `acquire` names the recorded holder, which
+  // outlives the command that took the lease.
+  std::int64_t holder_pid = 0;
 };
 
 // What a waiter arms while a lease is not free.
@@ -97,7 +101,7 @@ class lease_hold {
   ~lease_hold();
   // Not thread-safe: one owner thread. In a forked child, renew() is lost
   // and release() (and the destructor) does nothing: the lease is the
-  // parent's, whose pid the claim names.
+  // parent's (the process that took it) until the child adopt()s it.
 
   std::uint64_t epoch() const noexcept { return rec_.epoch; }
   lease_class cls() const noexcept { return cls_; }
@@ -121,17 +125,26 @@ class lease_hold {
   // (nothing is removed then). Later calls return no error.
   error release();
 
+  // The forked child that keeps the lease from now on (a keeper of
+  // `offload-lock acquire`): renew() and release() work here, not in the
+  // process that took it.
+  void adopt();
+  // Leaves the claim in place and forgets it: nothing is released here,
+  // ever (its holder, or a process that adopted it, releases it).
+  void abandon() noexcept { released_ = true; }
+
   // GPU_LEASE_DIR, GPU_LEASE_EPOCH and GPU_LEASE_CLASS for a process started
   // under this lease, as gpulease passes its lease to its children.
   std::vector<std::pair<std::string, std::string>> child_environment() const;
 
  private:
-  lease_hold(std::string dir, record rec, lease_class cls, sys::file_id id)
-      : dir_(std::move(dir)), rec_(std::move(rec)), cls_(cls), id_(id) {}
+  lease_hold(std::string dir, record rec, lease_class cls, sys::file_id id, std::int64_t owner)
+      : dir_(std::move(dir)), rec_(std::move(rec)), cls_(cls), id_(id), owner_pid_(owner) {}
   std::string dir_;
   record rec_;
   lease_class cls_ = lease_class::media;
   sys::file_id id_;
+  std::int64_t owner_pid_ = 0;  // the process that renews and releases it
   bool released_ = false;
 };
 

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "posix/signals.hpp"
@@ -25,6 +27,52 @@ namespace {
 void close_fd(int& f) {
   if (f >= 0) ::close(f);
   f = -1;
+}
+
+// Reads exactly `n` bytes (async-signal-safe): false on EOF or an error.
+bool read_full(int f, char* into, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(f, into + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    got += static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+// In the forked child, async-signal-safe: reads the late variables from
+// the gate into `buf` (max_late_bytes + 1) and puts each into `env` (the
+// first `count` entries in use, room for max_late more and the null),
+// replacing a variable of the same name. false on a short read or a block
+// larger than agreed.
+bool take_late(int gate, char* buf, char** env, std::size_t count) {
+  std::uint32_t size = 0;
+  if (!read_full(gate, reinterpret_cast<char*>(&size), sizeof size)) return false;
+  if (size > gated_child::max_late_bytes || !read_full(gate, buf, size)) return false;
+  buf[size] = '\0';
+  std::size_t added = 0;
+  for (std::size_t at = 0; at < size;) {
+    char* entry = buf + at;
+    std::size_t len = 0;
+    while (at + len < size && entry[len] != '\0') ++len;
+    at += len + 1;
+    std::size_t key = 0;
+    while (key < len && entry[key] != '=') ++key;
+    if (key == 0 || key == len) continue;
+    std::size_t i = 0;
+    for (; i < count; ++i) {
+      std::size_t j = 0;
+      while (j <= key && env[i][j] == entry[j]) ++j;
+      if (j > key) break;  // the same NAME=
+    }
+    if (i < count) {
+      env[i] = entry;
+    } else if (added < gated_child::max_late) {
+      env[count + added++] = entry;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -51,11 +99,14 @@ result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv
   cargv.reserve(argv.size() + 1);
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
+  // Each environment keeps room for the late variables start() sends, and
+  // one buffer receives them: nothing is allocated after fork.
   std::vector<std::vector<char*>> cenvs(env_strings.size());
   for (std::size_t v = 0; v < env_strings.size(); ++v) {
     for (auto& s : env_strings[v]) cenvs[v].push_back(s.data());
-    cenvs[v].push_back(nullptr);
+    cenvs[v].resize(cenvs[v].size() + max_late + 1, nullptr);
   }
+  std::vector<char> late(max_late_bytes + 1, '\0');
 
   int gate[2], report[2];
   if (::pipe2(gate, O_CLOEXEC) != 0) return detail::sys::sys_error(errno, "pipe", "for " + argv[0]);
@@ -80,6 +131,7 @@ result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv
     while (n < 0 && errno == EINTR);
     if (n != static_cast<ssize_t>(sizeof go)) ::_exit(127);
     std::size_t v = go > 0 && static_cast<std::size_t>(go) < cenvs.size() ? static_cast<std::size_t>(go) : 0;
+    if (!take_late(gate[0], late.data(), cenvs[v].data(), env_strings[v].size())) ::_exit(127);
     ::execvpe(cargv[0], cargv.data(), cenvs[v].data());
     int e = errno;
     ssize_t w = ::write(report[1], &e, sizeof e);
@@ -107,7 +159,7 @@ gated_child::~gated_child() {
   close_fd(report_);
 }
 
-error gated_child::start(int variant) {
+error gated_child::start(int variant, const env_list& late) {
   // Handlers first: a signal that arrives as soon as CMD runs waits in the
   // self-pipe and is passed on by wait_forwarding().
   (void)catch_signals();
@@ -117,11 +169,28 @@ error gated_child::start(int variant) {
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   ::sigaction(SIGPIPE, &ignore, &old);
-  int go = variant + 1;
-  ssize_t w;
-  do w = ::write(gate_, &go, sizeof go);
-  while (w < 0 && errno == EINTR);
-  int write_errno = w < 0 ? errno : 0;
+  // The slot, then the late variables: their size and "NAME=VALUE\0" each.
+  std::string block;
+  for (const auto& [name, value] : late) block += name + "=" + value + '\0';
+  if (late.size() > max_late || block.size() > max_late_bytes) {
+    ::sigaction(SIGPIPE, &old, nullptr);
+    return error(errc::bad_input, "too many variables for the command's environment");
+  }
+  const int go = variant + 1;
+  const auto size = static_cast<std::uint32_t>(block.size());
+  std::string message(reinterpret_cast<const char*>(&go), sizeof go);
+  message.append(reinterpret_cast<const char*>(&size), sizeof size);
+  message += block;
+  int write_errno = 0;
+  for (std::size_t off = 0; off < message.size();) {
+    const ssize_t w = ::write(gate_, message.data() + off, message.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      write_errno = errno;
+      break;
+    }
+    off += static_cast<std::size_t>(w);
+  }
   ::sigaction(SIGPIPE, &old, nullptr);
   close_fd(gate_);
   if (write_errno) {

@@ -6,6 +6,7 @@
 #ifndef OFFLOAD_LOCK_SRC_POSIX_CHILD_HPP
 #define OFFLOAD_LOCK_SRC_POSIX_CHILD_HPP
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,9 +32,13 @@ class gated_child {
   ~gated_child();
 
   std::int64_t pid() const { return pid_; }
-  // Lets the child exec. Returns the exec failure (ENOENT, EACCES, ...) if
-  // it could not, after reaping it.
-  error start(int variant = -1);
+  // Lets the child exec, with `late` added to (or replacing in) its
+  // environment: what is known only once the lock is held, such as the
+  // lease it runs under (at most max_late variables, max_late_bytes in
+  // all: bad_input beyond, and the child stays at the gate). Returns the
+  // exec failure (ENOENT, EACCES, ...) if it could not, after reaping it.
+  static constexpr std::size_t max_late = 16, max_late_bytes = 16384;
+  error start(int variant = -1, const env_list& late = {});
   void abandon();
   // When start() failed because the child had already ended (killed while
   // it waited at the gate): its status, 128+N for signal N. -1 otherwise.

@@ -1,0 +1,90 @@
+// The gpulease lease every acquisition also holds. See lease_join.hpp.
+#include "lease_join.hpp"
+
+#include <algorithm>
+
+#include "gpulease/hold.hpp"
+#include "os/clock.hpp"
+#include "os/files.hpp"
+#include "os/process.hpp"
+#include "os/watch.hpp"
+
+namespace offload_lock::detail {
+
+namespace gl = gpulease;
+
+namespace {
+
+// How often a waiter looks again though nothing it watches changed: the
+// lease's holder may end its window or let its heartbeat go stale on a
+// file system without inotify events, and a stuck counter lock clears by
+// time alone. gpulease's own waiters look every second.
+constexpr std::int64_t look_every_ms = 200;
+
+// Whom the lease is held by, in words safe for a terminal: only numbers
+// from the claim (its strings are anyone's).
+std::string held_by(const gl::lease_verdict& v, const std::string& dir) {
+  std::string s = "the gpulease lease " + dir;
+  if (v.rec) {
+    s += " is held by pid " + std::to_string(v.rec->pid) + " (epoch " + std::to_string(v.rec->epoch) + ")";
+  } else if (v.state == gl::lease_state::unknown) {
+    s += " cannot be judged (a file there cannot be read)";
+  } else {
+    s += " is being taken";
+  }
+  return s;
+}
+
+}  // namespace
+
+std::optional<gl::lease_location> lease_to_take(const plan& p) {
+  if (!p.one_slot || p.slotted) return std::nullopt;
+  const gl::lease_location loc = gl::resolve_lease(gl::lease_inputs_from_environment());
+  if (loc.source == gl::lease_source::gpu_lock || loc.source == gl::lease_source::explicit_dir) return std::nullopt;
+  if (!loc.refused.empty() || loc.root.empty()) return std::nullopt;
+  if (!sys::open_dir(sys::cwd, loc.root, /*nofollow=*/false, loc.root)) return std::nullopt;
+  return loc;
+}
+
+gl::inheritance lease_passed_down() { return gl::inheritance_now(); }
+
+error take_lease(const plan& p, const gl::lease_location& loc, held_state& s) {
+  gl::take_options o;
+  o.cls = gl::parse_lease_class(p.lease_class).value_or(gl::lease_class::media);
+  o.reason = p.record.label;
+  o.origin = "offload-lock";
+  // `acquire` records a holder that outlives this process: the lease names
+  // it too, so that both protocols judge the same process.
+  if (p.record.pid != sys::self_pid()) o.holder_pid = p.record.pid;
+  sys::watcher w;
+  for (;;) {
+    auto r = gl::lease_hold::try_take(loc, o);
+    if (r.status == gl::take_status::held) {
+      std::lock_guard<std::mutex> g(s.lease_mu);
+      s.lease = std::make_unique<gl::lease_hold>(std::move(*r.hold));
+      return {};
+    }
+    gl::lease_wake wake = r.wake;
+    std::string why;
+    if (r.status == gl::take_status::error) {
+      // The counter's lock stuck for 2 s (a gpulease acquirer killed inside
+      // it): gpulease clears it after 30 s; wait for that like for a holder.
+      if (r.err.code() != sys::errno_code(std::errc::resource_unavailable_try_again)) return r.err;
+      wake = gl::lease_wake{loc.gpu_dir, 0, 0, look_every_ms};
+      why = "the gpulease epoch counter " + loc.gpu_dir + "/" + gl::counter_lock_name + " is locked";
+    } else {
+      why = held_by(r.seen, loc.dir);
+    }
+    if (p.until.expired()) return error(p.until.trying() ? errc::busy : errc::timed_out, why);
+    w.unwatch_all();
+    const int dir_id = w.watch_entries(wake.dir);
+    const int pid_id = wake.pid > 0 ? w.watch_pid(wake.pid) : -1;
+    std::int64_t timeout = look_every_ms;
+    if (dir_id < 0 || (wake.pid > 0 && pid_id < 0 && !w.has_pidfd())) timeout = std::min(timeout, wake.poll_ms);
+    if (wake.at_ms > 0) timeout = std::min(timeout, std::max<std::int64_t>(0, wake.at_ms - sys::now_ms()));
+    if (w.wait(p.until.clamp(timeout), p.cancel_fds) == sys::watcher::wake::extra_fd)
+      return error(errc::cancelled, why);
+  }
+}
+
+}  // namespace offload_lock::detail

@@ -1,0 +1,49 @@
+// Every acquisition holds a gpulease lease as well, where the upstream's
+// current runners keep one (doc/protocol-gpulease.md, "Every acquisition
+// holds both").
+//
+// The order is fixed: the offload-lock lock first (its queue, priorities and
+// ETAs decide which offload-lock waiter goes next), then the lease. It
+// cannot deadlock: a gpulease participant holds only the lease and never
+// waits for the lock while it holds it, and a process that runs under a
+// gpulease holder's lease (GPU_LEASE_*) waits for neither, it passes
+// through (lease_passed_down). An offload-lock holder that waits for the
+// lease keeps the lock, so no v1 runner or other offload-lock waiter slips
+// in; gpulease waiters poll and may take a lease that is released, as a v1
+// runner may take a free lock.
+#ifndef OFFLOAD_LOCK_SRC_LEASE_JOIN_HPP
+#define OFFLOAD_LOCK_SRC_LEASE_JOIN_HPP
+
+#include <optional>
+
+#include "gpulease/inherit.hpp"
+#include "gpulease/location.hpp"
+#include "heartbeat.hpp"
+#include "plan.hpp"
+
+namespace offload_lock::detail {
+
+// The lease this acquisition also takes, or nullopt for none: a plain lock
+// or one named slot (slots in use are a site's own arrangement, which
+// gpulease's one lease cannot describe), a lease placed by a state root
+// (OFFLOAD_LOCK_LEASE_ROOT, LOCAL_OFFLOAD_STATE_DIR or the default) that
+// exists and that gpulease accepts. A GPU_LOCK shared by both protocols
+// is not joined (doc/protocol-gpulease.md, "GPU_LOCK shared by both").
+std::optional<gpulease::lease_location> lease_to_take(const plan& p);
+
+// Takes the lease at `loc` for the holder of `s` (whose lock is held),
+// waiting as the plan says: a live holder is waited for (its exit, its
+// claim's removal, and its window and heartbeat by the clock), a dead one
+// is taken over by gpulease's rules. busy, timed_out or cancelled as for
+// the lock, naming the lease's holder; a system error otherwise. On
+// success the lease is in `s` (renewed by its heartbeat, released first at
+// its release).
+error take_lease(const plan& p, const gpulease::lease_location& loc, held_state& s);
+
+// GPU_LEASE_* in this process's environment: none, a current lease to pass
+// through, or one refused (its `why`).
+gpulease::inheritance lease_passed_down();
+
+}  // namespace offload_lock::detail
+
+#endif  // OFFLOAD_LOCK_SRC_LEASE_JOIN_HPP
