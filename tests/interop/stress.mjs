@@ -28,7 +28,15 @@
 //                 runners' logged rm -rf calls), and none may be caused by an
 //                 offload-lock participant.
 //
-// usage: node stress.mjs [--mode offload|mixed|both] [--long] [--duration S]
+// lease:         the same offload-lock kinds with gpulease participants (the
+//                 stand-in of tests/interop/gpulease, `loop` mode) in one state
+//                 root (OFFLOAD_LOCK_LEASE_ROOT): every offload-lock
+//                 acquisition also holds the lease, so no overlap of any kind
+//                 may happen (doc/protocol-gpulease.md, "Every acquisition
+//                 holds both"). Needs $GPULEASE_STANDIN (default
+//                 <repo>/build/gpulease-standin).
+//
+// usage: node stress.mjs [--mode offload|mixed|lease|both] [--long] [--duration S]
 //          [--participants lib:2,run:2,...] [--kill-every MIN-MAX | --no-kills]
 //          [--min-acquisitions N] [--break KIND --expect-overlaps] [--seed N]
 //          [--v1-write-delay-ms N] [--keep] [--json FILE] [--verbose]
@@ -50,13 +58,14 @@ const REPO = path.resolve(HERE, '..', '..');
 const BIN = process.env.OFFLOAD_LOCK_BIN || path.join(REPO, 'build', 'offload-lock');
 const PARTICIPANT = process.env.INTEROP_PARTICIPANT || path.join(REPO, 'build', 'tests', 'interop', 'interop_participant');
 const NODE_PARTICIPANT = path.join(HERE, 'participant.mjs');
+const STANDIN = process.env.GPULEASE_STANDIN || path.join(REPO, 'build', 'gpulease-standin');
 const OFFLOAD_KINDS = ['lib', 'run', 'compat', 'acquire'];
-const ALL_KINDS = [...OFFLOAD_KINDS, 'ref'];
+const ALL_KINDS = [...OFFLOAD_KINDS, 'ref', 'lease'];
 
 // ------------------------------------------------------------ options
 
 function usage(msg) {
-  process.stderr.write(`stress.mjs: ${msg}\nusage: node stress.mjs [--mode offload|mixed|both] [--long] [--duration S] [--participants lib:2,run:2,...] [--kill-every MIN-MAX | --no-kills] [--min-acquisitions N] [--break KIND --expect-overlaps] [--seed N] [--v1-write-delay-ms N] [--keep] [--json FILE] [--verbose]\n`);
+  process.stderr.write(`stress.mjs: ${msg}\nusage: node stress.mjs [--mode offload|mixed|lease|both] [--long] [--duration S] [--participants lib:2,run:2,...] [--kill-every MIN-MAX | --no-kills] [--min-acquisitions N] [--break KIND --expect-overlaps] [--seed N] [--v1-write-delay-ms N] [--keep] [--json FILE] [--verbose]\n`);
   process.exit(2);
 }
 
@@ -91,7 +100,7 @@ function parseOptions(argv) {
       default: usage(`unknown option ${a}`);
     }
   }
-  if (!['offload', 'mixed', 'both'].includes(o.mode)) usage(`unknown mode ${o.mode}`);
+  if (!['offload', 'mixed', 'lease', 'both'].includes(o.mode)) usage(`unknown mode ${o.mode}`);
   if (o.break && !ALL_KINDS.includes(o.break)) usage(`--break: unknown kind ${o.break}`);
   if (o.duration !== undefined && !(o.duration > 0)) usage('--duration needs a positive number of seconds');
   return o;
@@ -135,6 +144,14 @@ const MODE_DEFAULTS = {
     // free when a reference runner makes its once-a-second attempt.
     think: { lib: [5, 40], run: [5, 40], compat: [5, 40], acquire: [5, 40], ref: [0, 20] },
   },
+  lease: {
+    duration: 30,
+    participants: 'lib:1,run:1,compat:1,acquire:1,lease:2,ref:1',
+    minAcquisitions: 0,
+    // gpulease waiters look once a second: offload-lock participants think
+    // long enough for the lease to be free at some of those looks.
+    think: { lib: [5, 40], run: [5, 40], compat: [5, 40], acquire: [5, 40], lease: [0, 20], ref: [0, 20] },
+  },
 };
 const CS_MS = [1, 4];
 const WAIT_MS = 3000;
@@ -165,6 +182,14 @@ class Participant {
       '--cs-min', String(CS_MS[0]), '--cs-max', String(CS_MS[1]),
       '--think-min', String(think[0]), '--think-max', String(think[1])];
     if (s.opts.break === this.kind) common.push('--skip-lock-every', '4');
+    if (this.kind === 'lease') {
+      // gpulease's own waiter: polls every second for up to the same wait.
+      const args = ['loop', '-state-dir', s.leaseRoot, '-cs-dir', s.dir, '-tag', this.tag, '-kind', 'lease',
+        '-wait', `${WAIT_MS}ms`, '-poll', '1s', '-cs-min', String(CS_MS[0]), '-cs-max', String(CS_MS[1]),
+        '-think-min', String(think[0]), '-think-max', String(think[1])];
+      if (s.opts.break === this.kind) args.push('-skip-lock-every', '4');
+      return [STANDIN, args];
+    }
     if (this.kind === 'lib') return [PARTICIPANT, ['loop', ...common]];
     if (this.kind === 'run') return [PARTICIPANT, ['run-loop', '--bin', BIN, ...common]];
     return [process.execPath, [NODE_PARTICIPANT, 'loop', '--kind', this.kind, ...common]];
@@ -243,6 +268,16 @@ class Supervisor {
     for (const k of ['GPU_LOCK', 'OFFLOAD_LOCK_PATH', 'OFFLOAD_LOCK_TOKEN', 'GPU_LOCK_WAIT_MS']) delete this.env[k];
     if (opts.v1WriteDelayMs) this.env.GPU_LOCK_V1_WRITE_DELAY_MS = String(opts.v1WriteDelayMs);
     else delete this.env.GPU_LOCK_V1_WRITE_DELAY_MS;
+    // The gpulease root: only the lease mode has one (elsewhere none
+    // exists, so no acquisition takes a lease).
+    for (const k of ['OFFLOAD_LOCK_LEASE_ROOT', 'LOCAL_OFFLOAD_STATE_DIR', 'GPU_LEASE_DIR', 'GPU_LEASE_EPOCH', 'GPU_LEASE_CLASS']) delete this.env[k];
+    this.leaseRoot = path.join(this.dir, 'lease-root');
+    if (mode === 'lease') {
+      fs.mkdirSync(path.join(this.leaseRoot, 'gpu', 'lease'), { recursive: true });
+      this.env.OFFLOAD_LOCK_LEASE_ROOT = this.leaseRoot;
+    } else {
+      this.env.OFFLOAD_LOCK_LEASE_ROOT = path.join(this.dir, 'no-lease-root');
+    }
 
     this.participants = [];
     const spec = opts.participants || this.cfg.participants;
@@ -595,6 +630,12 @@ class Supervisor {
     }
     const overlapsByCause = {};
     for (const x of overlaps) overlapsByCause[x.cause] = (overlapsByCause[x.cause] || 0) + 1;
+    // Who overlapped whom: "<entrant's kind> into <kind inside>".
+    const overlapsByPair = {};
+    for (const x of overlaps) {
+      const pair = `${kindOf(x.entered)} into ${kindOf(x.inside)}`;
+      overlapsByPair[pair] = (overlapsByPair[pair] || 0) + 1;
+    }
 
     // Lost locks and run's warnings, from the logs.
     const runWarnings = {};
@@ -632,13 +673,17 @@ class Supervisor {
       deadSentinelsMet: ev.D.length,
       overlaps: overlaps.length,
       overlapsByCause,
+      overlapsByPair,
       overlapList: overlaps,
       refRemovals: removalsByClass,
       lost: { total: ev.L.length, ...byKind(ev.L) },
       runLostWarnings: runWarnings,
       sentinelReplaced: ev.G.length,
       errorEvents: { total: ev.E.length, ...errorsByKind },
-      errorSamples: ev.E.slice(0, 10).map((e) => e.line),
+      // Offload-lock participants' errors first: they are the ones that fail a run.
+      errorSamples: [...ev.E.filter((e) => kindOf(e.tag) !== 'lease'), ...ev.E.filter((e) => kindOf(e.tag) === 'lease')]
+        .slice(0, 10).map((e) => e.line),
+      errorLines: ev.E.map((e) => e.line),
       supervisorErrors: this.errors,
     };
   }
@@ -675,7 +720,22 @@ function check(fig, opts) {
     if (other.length) failures.push(`detector self-test: ${other.length} overlap(s) not explained by the skipped locks`);
     return failures;
   }
-  if (offloadOnly) {
+  if (fig.mode === 'lease') {
+    // Both protocols, one holder: no overlap, but those of a v1 runner (it
+    // sees no lease, and its rm -rf removes live locks: v1 defects).
+    const v1 = (o) => kindOf(o.entered) === 'ref' || kindOf(o.inside) === 'ref' || (o.by && kindOf(o.by) === 'ref');
+    const bad = fig.overlapList.filter((o) => !v1(o));
+    if (bad.length) failures.push(`${bad.length} overlap(s) without a v1 runner in them (must be 0): ${JSON.stringify(fig.overlapsByPair)}`);
+    const offloadLost = OFFLOAD_KINDS.reduce((n, k) => n + fig.lost[k], 0);
+    const withRef = fig.participants.some((p) => kindOf(p) === 'ref');
+    if (offloadLost && !withRef) failures.push(`${offloadLost} lost lock(s) among offload-lock participants (must be 0)`);
+    const offloadErrors = OFFLOAD_KINDS.reduce((n, k) => n + fig.errorEvents[k], 0);
+    // A gpulease participant killed inside the counter's lock leaves it for
+    // gpulease's 30 s; the others' tries fail meanwhile, as gpulease's do.
+    const leaseErrors = fig.errorLines.filter((l) => kindOf(l.split(' ')[2]) === 'lease' && !l.includes('epoch.lock'));
+    if (offloadErrors || leaseErrors.length)
+      failures.push(`${offloadErrors + leaseErrors.length} participant error(s): ${fig.errorSamples.join(' | ')}`);
+  } else if (offloadOnly) {
     if (fig.overlaps) failures.push(`${fig.overlaps} overlap(s) among offload-lock participants (must be 0)`);
     if (fig.lost.total) failures.push(`${fig.lost.total} lost lock(s) among offload-lock participants (must be 0)`);
     if (Object.keys(fig.runLostWarnings).length) failures.push(`offload-lock warned of a lost lock: ${JSON.stringify(fig.runLostWarnings)}`);
@@ -705,6 +765,7 @@ function printFigures(fig) {
     `  overlaps: ${fig.overlaps}`,
   ];
   if (fig.runExit1AfterCmdKill) lines.splice(4, 0, `  offload-lock run exited 1 ("gave up waiting") after its CMD was killed while it waited: ${fig.runExit1AfterCmdKill}`);
+  for (const [pair, n] of Object.entries(fig.overlapsByPair)) lines.push(`    ${n} x ${pair}`);
   for (const [cause, n] of Object.entries(fig.overlapsByCause)) lines.push(`    ${n} x ${cause}`);
   for (const o of fig.overlapList.filter((x) => !x.cause.startsWith('detector')).slice(0, 20)) {
     lines.push(`      ${o.entered} entered while ${o.inside} was inside: ${o.cause}${o.detail ? ` [${o.detail}]` : ''}`);
@@ -722,7 +783,7 @@ function printFigures(fig) {
 // ------------------------------------------------------------ main
 
 const opts = parseOptions(process.argv.slice(2));
-for (const exe of [BIN, PARTICIPANT]) {
+for (const exe of opts.mode === 'lease' ? [BIN, PARTICIPANT, STANDIN] : [BIN, PARTICIPANT]) {
   try {
     fs.accessSync(exe, fs.constants.X_OK);
   } catch {
