@@ -2,6 +2,8 @@
 #include "gpulease/epoch.hpp"
 
 #include <limits>
+#include <string>
+#include <string_view>
 
 #include "gpulease/location.hpp"
 #include "gpulease/record.hpp"
@@ -32,10 +34,25 @@ void remove_stale_lock(int gpu, const sys::file_id& judged, const std::string& g
   (void)sys::unlink_at(gpu, aside, false, gpu_dir + "/" + aside);
 }
 
+// The counter's lock as offload-lock makes it names its maker ("offload-lock
+// pid N"; gpulease makes it empty, and reads only its age): one whose maker
+// is dead (killed between its two file operations) is debris at once, not
+// after gpulease's 30 s, in which every acquirer would stall.
+constexpr std::string_view lock_marker = "offload-lock pid ";
+
+bool maker_dead(int gpu, const std::string& shown) {
+  auto r = sys::read_file_at(gpu, counter_lock_name, 64, shown);
+  if (!r || r->bytes.compare(0, lock_marker.size(), lock_marker) != 0) return false;
+  auto pid = parse_go_uint(trim_space(r->bytes.substr(lock_marker.size())));
+  if (!pid || *pid == 0 || *pid > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) return false;
+  return sys::probe(static_cast<std::int64_t>(*pid)) == sys::liveness::dead;
+}
+
 result<sys::file_id> take_counter_lock(int gpu, const std::string& gpu_dir) {
   const std::string shown = gpu_dir + "/" + counter_lock_name;
+  const std::string mine = std::string(lock_marker) + std::to_string(sys::self_pid()) + "\n";
   for (int attempt = 0;; ++attempt) {
-    auto made = sys::create_file_at(gpu, counter_lock_name, "", 0666, shown);
+    auto made = sys::create_file_at(gpu, counter_lock_name, mine, 0666, shown);
     if (made) {
       auto st = sys::stat_fd(made->get(), shown);
       if (!st) return st.error();
@@ -43,7 +60,7 @@ result<sys::file_id> take_counter_lock(int gpu, const std::string& gpu_dir) {
     }
     if (!is(made.error(), std::errc::file_exists)) return made.error();
     if (auto st = sys::stat_at(gpu, counter_lock_name, shown);
-        st && sys::now_ms() - st->mtime_ms > counter_lock_stale_ms) {
+        st && (sys::now_ms() - st->mtime_ms > counter_lock_stale_ms || maker_dead(gpu, shown))) {
       remove_stale_lock(gpu, st->id, gpu_dir);
       continue;
     }

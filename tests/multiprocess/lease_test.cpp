@@ -318,6 +318,19 @@ TEST_CASE("lease: the counter's lock is waited for, and its debris cleared as gp
   remover.join();
   REQUIRE(e);
   CHECK(*e == 43);
+  // A young lock an offload-lock process left when it was killed inside:
+  // its maker is dead, so it is debris at once (no 30 s stall); one whose
+  // maker lives is waited for (2 s, then EAGAIN).
+  write_file(lock, "offload-lock pid " + std::to_string(dead_pid()) + "\n");
+  e = gl::issue_epoch((r.d.path / "gpu").string());
+  REQUIRE(e);
+  CHECK(*e == 44);
+  CHECK_FALSE(fs::exists(lock));
+  write_file(lock, "offload-lock pid " + std::to_string(::getpid()) + "\n");
+  e = gl::issue_epoch((r.d.path / "gpu").string());
+  REQUIRE_FALSE(e);
+  CHECK(fs::exists(lock));
+  fs::remove(lock);
   // An unparseable counter is never restarted from zero.
   write_file(r.d.path / "gpu" / "epoch", "forty-three");
   e = gl::issue_epoch((r.d.path / "gpu").string());
