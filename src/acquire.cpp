@@ -50,7 +50,7 @@ result<lock> acquire_one(const plan& p) {
     // Started under a gpulease holder's lease: held through it. Waiting for
     // the lock here could wait for an offload-lock holder that waits for
     // that very lease (lease_join.hpp).
-    auto in = lease_passed_down();
+    auto in = lease_passed_down(*lease);
     if (in.k == gpulease::inheritance::kind::refused) {
       gate->leave();
       return error(errc::lost, in.why);

@@ -38,7 +38,8 @@ std::string held_by(const gl::lease_verdict& v, const std::string& dir) {
 }  // namespace
 
 std::optional<gl::lease_location> lease_to_take(const plan& p) {
-  if (!p.one_slot || p.slotted) return std::nullopt;
+  // Slot 0 is the plain lock's directory: the one the lease goes with.
+  if (!p.one_slot || p.slots.front() != 0) return std::nullopt;
   const gl::lease_location loc = gl::resolve_lease(gl::lease_inputs_from_environment());
   if (loc.source == gl::lease_source::gpu_lock || loc.source == gl::lease_source::explicit_dir) return std::nullopt;
   if (!loc.refused.empty() || loc.root.empty()) return std::nullopt;
@@ -46,7 +47,15 @@ std::optional<gl::lease_location> lease_to_take(const plan& p) {
   return loc;
 }
 
-gl::inheritance lease_passed_down() { return gl::inheritance_now(); }
+gl::inheritance lease_passed_down(const gl::lease_location& loc) {
+  gl::inheritance in = gl::read_inheritance([](const std::string& n) { return sys::get_env(n); });
+  // Another lease directory's lease is not the one this acquisition would
+  // take: it passes nothing down here.
+  if (in.k == gl::inheritance::kind::offered &&
+      gl::resolve_lease(gl::lease_inputs_from_environment(in.lease->dir)).dir != loc.dir)
+    return gl::inheritance{};
+  return gl::confirm_inheritance(std::move(in), sys::now_ms(), gl::lease_process_view::real());
+}
 
 error take_lease(const plan& p, const gl::lease_location& loc, held_state& s) {
   gl::take_options o;

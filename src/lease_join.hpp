@@ -24,8 +24,8 @@
 namespace offload_lock::detail {
 
 // The lease this acquisition also takes, or nullopt for none: a plain lock
-// or one named slot (slots in use are a site's own arrangement, which
-// gpulease's one lease cannot describe), a lease placed by a state root
+// or slot 0 named (its directory is the plain lock's; the other slots are a
+// site's own arrangement, which gpulease's one lease cannot describe), a lease placed by a state root
 // (OFFLOAD_LOCK_LEASE_ROOT, LOCAL_OFFLOAD_STATE_DIR or the default) that
 // exists and that gpulease accepts. A GPU_LOCK shared by both protocols
 // is not joined (doc/protocol-gpulease.md, "GPU_LOCK shared by both").
@@ -40,9 +40,10 @@ std::optional<gpulease::lease_location> lease_to_take(const plan& p);
 // its release).
 error take_lease(const plan& p, const gpulease::lease_location& loc, held_state& s);
 
-// GPU_LEASE_* in this process's environment: none, a current lease to pass
+// GPU_LEASE_* in this process's environment naming the lease at `loc`:
+// none (also for another lease directory's), a current lease to pass
 // through, or one refused (its `why`).
-gpulease::inheritance lease_passed_down();
+gpulease::inheritance lease_passed_down(const gpulease::lease_location& loc);
 
 }  // namespace offload_lock::detail
 

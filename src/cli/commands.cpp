@@ -36,12 +36,12 @@ std::string failure_message(const error& e, const args& a, const lock_options& o
       return how + "the " + std::to_string(o.allowed_gpus.size()) + " GPU slots of " + path +
              " that CUDA_VISIBLE_DEVICES allows are held";
     if (o.gpu < 0 && o.gpus > 1) return how + "all " + std::to_string(o.gpus) + " GPU slots of " + path + " are held";
+    // What held the acquisition up was the gpulease lease taken with the
+    // lock (lease_join.cpp), which the error names; whoever holds the lock
+    // now came after.
+    if (e.context().rfind("the gpulease ", 0) == 0) return how + e.context();
     const std::string p = gpu_slot_path(path, o.gpu);
-    const info i = inspect(p, a.ttl);
-    // The lock was free: what held the acquisition up was the gpulease
-    // lease taken with it, which the error names.
-    if (!i.present && e.context() != p) return how + e.context();
-    return how + p + " is " + status_line(i);
+    return how + p + " is " + status_line(inspect(p, a.ttl));
   }
   return e.message();
 }

@@ -40,17 +40,30 @@ void remove_stale_lock(int gpu, const sys::file_id& judged, const std::string& g
 // after gpulease's 30 s, in which every acquirer would stall.
 constexpr std::string_view lock_marker = "offload-lock pid ";
 
+// The maker's pid namespace is written too: a pid of another namespace
+// (a container sharing the root) says nothing here.
+std::string own_marker() {
+  return std::string(lock_marker) + std::to_string(sys::self_pid()) + " ns " +
+         std::to_string(sys::pid_namespace().value_or(0)) + "\n";
+}
+
 bool maker_dead(int gpu, const std::string& shown) {
-  auto r = sys::read_file_at(gpu, counter_lock_name, 64, shown);
+  auto r = sys::read_file_at(gpu, counter_lock_name, 96, shown);
   if (!r || r->bytes.compare(0, lock_marker.size(), lock_marker) != 0) return false;
-  auto pid = parse_go_uint(trim_space(r->bytes.substr(lock_marker.size())));
+  const std::string rest = r->bytes.substr(lock_marker.size());
+  const auto ns_at = rest.find(" ns ");
+  const auto here = sys::pid_namespace();
+  if (ns_at == std::string::npos || !here || *here == 0) return false;
+  auto ns = parse_go_uint(trim_space(std::string_view(rest).substr(ns_at + 4)));
+  if (!ns || *ns != *here) return false;
+  auto pid = parse_go_uint(trim_space(std::string_view(rest).substr(0, ns_at)));
   if (!pid || *pid == 0 || *pid > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) return false;
   return sys::probe(static_cast<std::int64_t>(*pid)) == sys::liveness::dead;
 }
 
 result<sys::file_id> take_counter_lock(int gpu, const std::string& gpu_dir) {
   const std::string shown = gpu_dir + "/" + counter_lock_name;
-  const std::string mine = std::string(lock_marker) + std::to_string(sys::self_pid()) + "\n";
+  const std::string mine = own_marker();
   for (int attempt = 0;; ++attempt) {
     auto made = sys::create_file_at(gpu, counter_lock_name, mine, 0666, shown);
     if (made) {

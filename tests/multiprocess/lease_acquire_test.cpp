@@ -73,6 +73,24 @@ TEST_CASE("lease: a gpulease holder makes offload-lock wait, and a SIGKILLed one
                                        std::to_string(g.pid()) + " (epoch " + field(got, 2) + ")"));
   // The lock taken for the try was let go again.
   CHECK_FALSE(fs::exists(r.d.path / "gpu.lock"));
+  // Slot 0 named is the same directory, and goes with the lease too.
+  CHECK(run_cli(on_lock(r, {"run", "--gpu", "0", "--wait", "0", "--", "true"}), site(r)).code == 1);
+  // A lease of another lease directory, current there, passes nothing down here.
+  {
+    lease_root other;
+    child g2(standin_exe(), standin_hold(other.root));
+    const std::string got2 = line_starting(g2, "acquired");
+    REQUIRE(!got2.empty());
+    auto env = site(r);
+    env["GPU_LEASE_DIR"] = other.lease.string();
+    env["GPU_LEASE_EPOCH"] = field(got2, 2);
+    env["GPU_LEASE_CLASS"] = "media";
+    auto res = run_cli(on_lock(r, {"run", "--wait", "0", "--", "echo", "inside"}), env);
+    CHECK(res.code == 1);
+    CHECK(res.out.find("inside") == std::string::npos);
+    g2.close_stdin();
+    CHECK(g2.wait() == 0);
+  }
 
   child ours(cli_exe(), on_lock(r, {"run", "--", "sh", "-c", "echo inside"}), site(r));
   // It waits for the lease while holding the lock: no v1 runner gets in.

@@ -321,12 +321,16 @@ TEST_CASE("lease: the counter's lock is waited for, and its debris cleared as gp
   // A young lock an offload-lock process left when it was killed inside:
   // its maker is dead, so it is debris at once (no 30 s stall); one whose
   // maker lives is waited for (2 s, then EAGAIN).
-  write_file(lock, "offload-lock pid " + std::to_string(dead_pid()) + "\n");
+  const std::string ns = " ns " + std::to_string(offload_lock::detail::sys::pid_namespace().value_or(0)) + "\n";
+  // Another pid namespace's pid says nothing here: waited for.
+  write_file(lock, "offload-lock pid " + std::to_string(dead_pid()) + " ns 1\n");
+  REQUIRE_FALSE(gl::issue_epoch((r.d.path / "gpu").string()));
+  write_file(lock, "offload-lock pid " + std::to_string(dead_pid()) + ns);
   e = gl::issue_epoch((r.d.path / "gpu").string());
   REQUIRE(e);
   CHECK(*e == 44);
   CHECK_FALSE(fs::exists(lock));
-  write_file(lock, "offload-lock pid " + std::to_string(::getpid()) + "\n");
+  write_file(lock, "offload-lock pid " + std::to_string(::getpid()) + ns);
   e = gl::issue_epoch((r.d.path / "gpu").string());
   REQUIRE_FALSE(e);
   CHECK(fs::exists(lock));
