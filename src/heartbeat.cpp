@@ -322,6 +322,16 @@ std::vector<std::pair<std::string, std::string>> held_state::lease_environment()
   return lease->child_environment();
 }
 
+void held_state::abandon_lease() {
+  std::lock_guard<std::mutex> g(lease_mu);
+  if (lease) lease->abandon();
+}
+
+void held_state::adopt_lease() {
+  std::lock_guard<std::mutex> g(lease_mu);
+  if (lease) lease->adopt();
+}
+
 error held_state::release_lease() {
   std::lock_guard<std::mutex> g(lease_mu);
   if (!lease) return {};

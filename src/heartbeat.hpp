@@ -78,6 +78,10 @@ struct held_state {
   // Releases the lease (first, at the lock's release): lost when it was
   // not ours any more.
   error release_lease();
+  // The lease goes with the lock to whoever keeps it: left in place here
+  // (detach), or renewed and released from this forked keeper (adopt).
+  void abandon_lease();
+  void adopt_lease();
 
   // Kept by the heartbeat service (under its mutex).
   bool registered = false;

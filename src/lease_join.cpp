@@ -24,7 +24,7 @@ constexpr std::int64_t look_every_ms = 200;
 // Whom the lease is held by, in words safe for a terminal: only numbers
 // from the claim (its strings are anyone's).
 std::string held_by(const gl::lease_verdict& v, const std::string& dir) {
-  std::string s = "the gpulease lease " + dir;
+  std::string s = std::string(lease_wait_context) + "lease " + dir;
   if (v.rec) {
     s += " is held by pid " + std::to_string(v.rec->pid) + " (epoch " + std::to_string(v.rec->epoch) + ")";
   } else if (v.state == gl::lease_state::unknown) {
@@ -80,7 +80,7 @@ error take_lease(const plan& p, const gl::lease_location& loc, held_state& s) {
       // it): gpulease clears it after 30 s; wait for that like for a holder.
       if (r.err.code() != sys::errno_code(std::errc::resource_unavailable_try_again)) return r.err;
       wake = gl::lease_wake{loc.gpu_dir, 0, 0, look_every_ms};
-      why = "the gpulease epoch counter " + loc.gpu_dir + "/" + gl::counter_lock_name + " is locked";
+      why = std::string(lease_wait_context) + "epoch counter " + loc.gpu_dir + "/" + gl::counter_lock_name + " is locked";
     } else {
       why = held_by(r.seen, loc.dir);
     }

@@ -15,6 +15,7 @@
 #define OFFLOAD_LOCK_SRC_LEASE_JOIN_HPP
 
 #include <optional>
+#include <string_view>
 
 #include "gpulease/inherit.hpp"
 #include "gpulease/location.hpp"
@@ -30,6 +31,10 @@ namespace offload_lock::detail {
 // exists and that gpulease accepts. A GPU_LOCK shared by both protocols
 // is not joined (doc/protocol-gpulease.md, "GPU_LOCK shared by both").
 std::optional<gpulease::lease_location> lease_to_take(const plan& p);
+
+// How the errors of take_lease() that name the lease's holder begin (the
+// command tells them from a busy lock by it).
+inline constexpr std::string_view lease_wait_context = "the gpulease ";
 
 // Takes the lease at `loc` for the holder of `s` (whose lock is held),
 // waiting as the plan says: a live holder is waited for (its exit, its

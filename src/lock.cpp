@@ -143,9 +143,7 @@ void lock::detach() noexcept {
     if (h->gate->held) {
       h->gate->held->stop_heartbeat();
       h->gate->held->released = true;
-      // The lease stays with the lock: whoever keeps the lock keeps it.
-      std::lock_guard<std::mutex> lg(h->gate->held->lease_mu);
-      if (h->gate->held->lease) h->gate->held->lease->abandon();
+      h->gate->held->abandon_lease();  // whoever keeps the lock keeps it
     }
     h->gate->held.reset();
     h->gate->forget_inherited();
@@ -168,10 +166,7 @@ error lock::hold_until_holder_exits() {
   if (!held) return error(errc::lost, "hold of a lock that is not held here");
   held->stop_heartbeat();
   held->owner_pid = sys::self_pid();
-  {
-    std::lock_guard<std::mutex> lg(held->lease_mu);
-    if (held->lease) held->lease->adopt();
-  }
+  held->adopt_lease();
   // The idle rule's watch is the keeper's from now on (its own thread).
   held->held_on = true;
   if (held->idle_after_ms > 0) watch_idle(held, held->base);

@@ -14,6 +14,7 @@
 #include "cli/output.hpp"
 #include "cli/progress.hpp"
 #include "cli/status.hpp"
+#include "lease_join.hpp"
 #include "offload_lock/describe.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
@@ -36,10 +37,8 @@ std::string failure_message(const error& e, const args& a, const lock_options& o
       return how + "the " + std::to_string(o.allowed_gpus.size()) + " GPU slots of " + path +
              " that CUDA_VISIBLE_DEVICES allows are held";
     if (o.gpu < 0 && o.gpus > 1) return how + "all " + std::to_string(o.gpus) + " GPU slots of " + path + " are held";
-    // What held the acquisition up was the gpulease lease taken with the
-    // lock (lease_join.cpp), which the error names; whoever holds the lock
-    // now came after.
-    if (e.context().rfind("the gpulease ", 0) == 0) return how + e.context();
+    // Held up by the gpulease lease taken with the lock, which the error names.
+    if (e.context().rfind(detail::lease_wait_context, 0) == 0) return how + e.context();
     const std::string p = gpu_slot_path(path, o.gpu);
     return how + p + " is " + status_line(inspect(p, a.ttl));
   }
@@ -201,8 +200,7 @@ int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
   else if (gpus.slotted) std::cout << l->token() << " " << l->gpu() << std::endl;
   else std::cout << l->token() << std::endl;
   if (l->inherited()) {
-    // Started under this very lock (inside `offload-lock run`), or under a
-    // gpulease holder's lease: nothing to keep.
+    // Started under this lock (inside `offload-lock run`) or a gpulease lease: nothing to keep.
     if (!a.quiet && l->token().empty())
       say("passing through: the gpulease lease (epoch " + std::to_string(l->lease_epoch()) +
           ") this process runs under holds the GPU");
@@ -384,8 +382,7 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
         " could start; not starting it");
     return exit_lost;
   }
-  // CMD runs under the lease held with the lock too (GPU_LEASE_*): a
-  // gpulease participant it starts holds through it.
+  // CMD runs under the lease held with the lock too: GPU_LEASE_*.
   os::gated_child::env_list late;
   for (auto& kv : l->child_environment())
     if (kv.first.rfind("GPU_LEASE_", 0) == 0) late.push_back(std::move(kv));
