@@ -42,6 +42,9 @@ std::string failure_message(const error& e, const args& a, const lock_options& o
     const std::string p = gpu_slot_path(path, o.gpu);
     return how + p + " is " + status_line(inspect(p, a.ttl));
   }
+  // A gpulease lease passed down that is not current: its reason, not the
+  // words of a lock lost.
+  if (e == errc::lost && e.context().rfind(detail::lease_wait_context, 0) == 0) return e.context();
   return e.message();
 }
 
@@ -144,9 +147,17 @@ std::optional<int> wait_within_max_hold(os::gated_child& child, const args& a, m
   return std::nullopt;
 }
 
-// A wait abandoned by a signal ends like being killed by it.
-int cancelled_exit(const args& a, const std::string& what) {
-  int sig = os::take_signal();
+// What a loss reported by the library (errc::lost) lost, in words: the
+// lock at its context's path, or the gpulease lease taken with it.
+bool is_lease_loss(const error& e) { return e.context().rfind(detail::lease_wait_context, 0) == 0; }
+std::string lost_words(const error& e) {
+  if (is_lease_loss(e)) return e.context() + " was replaced or removed by someone else";
+  return "the lock " + e.context() + " was removed or replaced by someone else";
+}
+
+// A wait abandoned by a signal (`sig`, the one taken from the queue; 0:
+// none was) ends like being killed by it.
+int cancelled_exit(const args& a, const std::string& what, int sig = os::take_signal()) {
   if (!a.quiet) say(what + (sig ? " (" + os::signal_name(sig) + ")" : ""));
   return sig ? exit_signal_base + sig : exit_busy;
 }
@@ -188,13 +199,25 @@ int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
   o.pid = a.pid ? a.pid : os::parent_pid();
   // The keeper below refreshes the lock from another process.
   o.heartbeat = false;
+  // Signals first (see cmd_run): the recorded holder outlives this command,
+  // so one killed while it waits (for the queue, or holding the lock for the
+  // gpulease lease) would leave the lock held for that holder with nobody to
+  // keep or release it. A signal ends the wait and lets go of what it took.
+  const int signals = os::catch_stop_signals();
+  o.cancel_fds = {signals};
   auto l = lock::acquire(o);
   end_waiting_line();
   if (!l) {
     // --json: one object whatever the outcome, so a script always has
     // something to parse.
     if (a.json) std::cout << dump(failure_json(l.error(), a, o, path)) << std::endl;
+    if (l.error() == errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
     return acquire_failed(l.error(), a, o, path, exit_busy);
+  }
+  if (const int sig = os::take_signal(); sig && !l->inherited()) {
+    // Arrived as the wait ended: the caller asked this command to stop.
+    (void)l->release();
+    return cancelled_exit(a, "let go of " + held_path(path, *l) + " as soon as it was taken", sig);
   }
   if (a.json) std::cout << dump(held_json(a, gpus, path, *l)) << std::endl;
   else if (gpus.slotted) std::cout << l->token() << " " << l->gpu() << std::endl;
@@ -216,6 +239,7 @@ int cmd_acquire(const args& a, const gpu_plan& gpus, const std::string& path) {
   const int terminal = a.quiet ? -1 : os::stderr_copy_unless_pipe();
   auto keeper = os::fork_detached();
   if (keeper && *keeper) {
+    os::default_signals();
     if (terminal >= 0) {
       std::string warning;
       if (os::exits_within(l->pid(), 1000))
@@ -333,8 +357,8 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
   // Runs on the library's heartbeat thread; the error names the lock (the
   // slot's path).
   o.on_lost = [cmd_name, cmd_pid, term](const error& e) {
-    say("WARNING: the lock " + e.context() + " was removed or replaced by someone else while " + cmd_name +
-        " runs; the GPU is no longer reserved for it" + (term ? "; sending it SIGTERM" : ""));
+    say("WARNING: " + lost_words(e) + " while " + cmd_name + " runs; the GPU is no longer reserved for it" +
+        (term ? "; sending it SIGTERM" : ""));
     if (term) os::terminate(cmd_pid);
   };
   if (a.yield_signal > 0) {
@@ -400,7 +424,9 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
   error released = l->release();
   child->reap();
   // A loss is said even under --quiet: the GPU was not reserved for all of CMD.
-  if (released == errc::lost)
+  if (released == errc::lost && is_lease_loss(released))
+    say(lost_words(released) + " before " + cmd_name + " ended");
+  else if (released == errc::lost)
     say("the lock " + shown + " had been removed or replaced by someone else before " + cmd_name + " ended");
   if (status) return *status;
   // Said even under --quiet, as the exit code is CMD's no longer.
@@ -416,7 +442,7 @@ int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
   // The loss said for people, and with --json for programs (compat/node's
   // onLost) as {"event":"lost","path":P,"message":M} on a line of its own.
   o.on_lost = [json = a.json](const error& e) {
-    const std::string what = "the lock " + e.context() + " was removed or replaced by someone else";
+    const std::string what = lost_words(e);
     say("WARNING: " + what);
     if (json) {
       ojson j;
@@ -446,6 +472,10 @@ int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
     // reclaim, release --force, a release by this hold's token from
     // elsewhere): the GPU was not reserved for the whole hold.
     // Said even under --quiet: the hold did not reserve the GPU throughout.
+    if (is_lease_loss(e)) {
+      say(lost_words(e) + " during the hold");
+      return exit_lost;
+    }
     info now = inspect(slot_path, a.ttl);
     say(now.held ? "the lock " + slot_path + " had been taken over by " + who(now)
                  : "the lock " + slot_path + " had been removed by someone else during the hold");

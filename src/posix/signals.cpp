@@ -63,6 +63,15 @@ int catch_signals() {
   return g_sig_pipe[0];
 }
 
+int catch_stop_signals() {
+  install_handlers({SIGINT, SIGTERM, SIGHUP});
+  return g_sig_pipe[0];
+}
+
+void default_signals() {
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGWINCH}) (void)::signal(s, SIG_DFL);
+}
+
 int catch_resize() {
   install_handlers({SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGWINCH});
   return g_sig_pipe[0];

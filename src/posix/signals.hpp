@@ -15,6 +15,13 @@ namespace offload_lock::cli::os {
 // waits there. Call before anything a signal must not interrupt. Calling it
 // again re-installs the handlers and returns the same descriptor.
 int catch_signals();
+// SIGINT, SIGTERM and SIGHUP only, in the same self-pipe: for a command
+// whose wait a child's exit must not end (`acquire`, where the library may
+// run nvidia-smi while it waits). Returns the read end.
+int catch_stop_signals();
+// The default action again for every signal caught above (a forked keeper
+// that nobody reads the self-pipe of ends on SIGTERM as it always did).
+void default_signals();
 // The next queued signal number other than SIGCHLD, 0 when none.
 int take_signal();
 // SIGWINCH (the terminal was resized) too, in the same self-pipe, for a
