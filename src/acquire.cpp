@@ -53,7 +53,7 @@ result<lock> acquire_one(const plan& p) {
     auto in = lease_passed_down(*lease);
     if (in.k == gpulease::inheritance::kind::refused) {
       gate->leave();
-      return error(errc::lost, in.why);
+      return error(errc::lost, std::string(lease_wait_context) + "lease passed down cannot be held through: " + in.why);
     }
     if (in.k == gpulease::inheritance::kind::current) {
       std::lock_guard<std::mutex> g(gate->mu);
@@ -63,6 +63,7 @@ result<lock> acquire_one(const plan& p) {
     }
   }
   acquisition a(p);
+  if (lease) a.lease_follows();
   auto held = a.run();
   if (!held) {
     gate->leave();

@@ -128,6 +128,7 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   held->idle_percent = p_.hold.idle_percent;
   held->idle_yield = p_.hold.idle_yield;
   held->taken_at = sys::monotonic_ms();
+  held->lease_pending = lease_follows_;
   if (p_.hold.on_yield) {
     held->on_yield = p_.hold.on_yield;
     held->priority = rec.priority;

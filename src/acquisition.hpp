@@ -50,6 +50,12 @@ class acquisition {
   // thread's; the others are left.
   void use_gates(std::vector<std::shared_ptr<local_gate>> gates);
 
+  // The caller takes the gpulease lease once the lock is held (acquire.cpp):
+  // the lock is held from run()'s end with its lease still pending
+  // (held_state::lease_pending), so nothing asks its holder to make way
+  // before it holds both.
+  void lease_follows() { lease_follows_ = true; }
+
  private:
   struct slot {
     int k = 0;
@@ -103,6 +109,7 @@ class acquisition {
   churn_guard churn_;
   std::int64_t unknown_backoff_ = unknown_retry_ms;
   wait_report report_;
+  bool lease_follows_ = false;
 };
 
 }  // namespace offload_lock::detail

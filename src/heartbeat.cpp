@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "lease_join.hpp"
 #include "meta.hpp"
 #include "os/files.hpp"
 #include "queue.hpp"
@@ -87,7 +88,8 @@ class heartbeat_service {
     return m;
   }
 
-  // `what`: what was lost, the lock's path when empty (else the lease's claim).
+  // `what`: what was lost, the lock's path when empty (else the lease's
+  // claim, as lease_loss_context words it).
   void report_lost(held_state& s, const std::string& what = {}) {
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -138,7 +140,8 @@ class heartbeat_service {
     s.on_yield(*req);
   }
 
-  static bool wants_yield(const held_state& s) { return s.on_yield && !s.yield_asked; }
+  static bool lease_pending(const held_state& s) { return s.lease_pending.load(std::memory_order_acquire); }
+  static bool wants_yield(const held_state& s) { return s.on_yield && !s.yield_asked && !lease_pending(s); }
 
   // Asks the holder to make way, unless it has been asked already, for the
   // first waiter if there is one; `why` is the request's reason.
@@ -166,9 +169,9 @@ class heartbeat_service {
   }
 
   // Milliseconds until `s`'s maximum hold passes (at least 0); -1 when it
-  // has none or it has been reached.
+  // has none, has been reached, or does not count yet (lease_pending).
   static std::int64_t max_hold_left(const held_state& s, std::int64_t now) {
-    if (s.max_hold_ms <= 0 || s.max_hold_reached) return -1;
+    if (s.max_hold_ms <= 0 || s.max_hold_reached || lease_pending(s)) return -1;
     return std::max<std::int64_t>(0, s.taken_at + s.max_hold_ms - now);
   }
 
@@ -184,6 +187,7 @@ class heartbeat_service {
           if (!s.registered) {
             watches.unwatch(s.watch_id);
             watches.unwatch(s.yield_watch_id);
+            watches.unwatch(s.lease_watch_id);
             for (int id : s.yield_dir_ids) watches.unwatch(id);
             it = entries_.erase(it);
             continue;
@@ -209,8 +213,21 @@ class heartbeat_service {
           ++it;
         }
       }
+      // The lease, once held (outside the service's mutex: the lease has
+      // its own): its directory's entries, so that a claim replaced or
+      // removed is a loss at once, not at the next renewal. Looked at once
+      // when the watch is new.
+      std::vector<std::shared_ptr<held_state>> lease_now;
+      for (const auto& sp : live) {
+        if (!sp->watch_tried || sp->lease_watch_tried) continue;
+        const std::string dir = sp->lease_dir();
+        if (dir.empty()) continue;
+        sp->lease_watch_tried = true;
+        sp->lease_watch_id = watches.watch_entries(dir);
+        lease_now.push_back(sp);
+      }
       std::vector<int> hit;
-      if (check_now.empty()) {
+      if (check_now.empty() && lease_now.empty()) {
         (void)watches.wait(timeout, {wake_r_.get()}, &hit);
         sys::drain(wake_r_.get());
         // The wake pipe ends the wait before the watches are read: read them now.
@@ -233,7 +250,13 @@ class heartbeat_service {
         if (s.watch_tried && wants_yield(s) && (newly_watched || s.yield_watch_id < 0 || hit_yield()))
           check_yield(watches, s);
         if (max_hold_left(s, now) == 0) reach_max_hold(s);
-        if (s.idle_yield_due.exchange(false)) ask_once(s, "idle");
+        if (!lease_pending(s) && s.idle_yield_due.exchange(false)) ask_once(s, "idle");
+        const bool lease_suspect = std::find(lease_now.begin(), lease_now.end(), sp) != lease_now.end() ||
+                                   std::find(hit.begin(), hit.end(), s.lease_watch_id) != hit.end();
+        if (lease_suspect && s.lease_lost()) {
+          report_lost(s, lease_loss_context(s.lease_claim_path()));
+          continue;
+        }
         if (!suspect && !due) continue;
         const auto mine = s.check_ours();
         if (mine == held_state::ownership::not_ours) {
@@ -247,7 +270,7 @@ class heartbeat_service {
         }
         if (due) {
           s.next_touch = now + s.period();
-          if (!s.touch()) report_lost(s, s.lease_claim_path());
+          if (!s.touch()) report_lost(s, lease_loss_context(s.lease_claim_path()));
         }
       }
     }
@@ -311,6 +334,16 @@ std::string held_state::lease_claim_path() {
   return lease ? lease->claim_path() : std::string();
 }
 
+std::string held_state::lease_dir() {
+  std::lock_guard<std::mutex> g(lease_mu);
+  return lease && !lease->released() ? lease->dir() : std::string();
+}
+
+bool held_state::lease_lost() {
+  std::lock_guard<std::mutex> g(lease_mu);
+  return lease && !lease->released() && lease->check() == errc::lost;
+}
+
 std::uint64_t held_state::lease_epoch() {
   std::lock_guard<std::mutex> g(lease_mu);
   return lease ? lease->epoch() : 0;
@@ -336,6 +369,7 @@ error held_state::release_lease() {
   std::lock_guard<std::mutex> g(lease_mu);
   if (!lease) return {};
   error e = lease->release();
+  if (e == errc::lost) e = error(errc::lost, lease_loss_context(lease->claim_path()));
   lease.reset();
   return e;
 }
@@ -377,6 +411,8 @@ held_state::kept held_state::keep_until_holder_exits() {
 }
 
 void start_heartbeat(const std::shared_ptr<held_state>& s) { heartbeat_service::get().add(s); }
+
+void watch_lease(held_state&) { heartbeat_service::get().poke(); }
 
 void ask_idle_yield(held_state& s) {
   s.idle_yield_due = true;

@@ -48,7 +48,12 @@ struct held_state {
   // The maximum hold (lock_options::max_hold): passed once the heartbeat
   // thread (or max_hold_over) sees taken_at + max_hold_ms go by.
   std::int64_t max_hold_ms = 0;
-  std::int64_t taken_at = 0;  // monotonic ms, when this process took it
+  std::int64_t taken_at = 0;  // monotonic ms, when this process took it (and its lease, when one follows)
+  // The lock is held and its gpulease lease not yet (lease_join.hpp): the
+  // GPU is not this holder's yet, so the heartbeat asks nothing of it (no
+  // yield, no maximum hold, no idle rule) until take_lease() sets taken_at
+  // anew and clears this (release order: taken_at is read only after).
+  std::atomic<bool> lease_pending{false};
   int priority = 0;
   int slot = 0;
   std::atomic<bool> yield_asked{false};
@@ -74,6 +79,10 @@ struct held_state {
   // (0 and none without a lease).
   std::uint64_t lease_epoch();
   std::string lease_claim_path();
+  // The lease's directory (empty without a lease), and whether the claim
+  // there is provably another's or gone now (a failed read is not).
+  std::string lease_dir();
+  bool lease_lost();
   std::vector<std::pair<std::string, std::string>> lease_environment();
   // Releases the lease (first, at the lock's release): lost when it was
   // not ours any more.
@@ -90,6 +99,8 @@ struct held_state {
   int yield_watch_id = -1;        // the registry (or, while it is missing, its parent)
   std::vector<int> yield_dir_ids;  // the users' directories in the registry
   bool yield_on_registry = false;  // yield_watch_id watches the registry itself
+  int lease_watch_id = -1;         // the lease's directory, once the lease is held
+  bool lease_watch_tried = false;
   std::int64_t held_since = 0;  // monotonic ms, when the service took it
   std::int64_t next_touch = 0;
 
@@ -136,6 +147,9 @@ struct held_state {
 // Hands `s` to the process's heartbeat thread, which refreshes it every
 // period() and calls its on_lost when it is removed or replaced.
 void start_heartbeat(const std::shared_ptr<held_state>& s);
+// Tells the heartbeat thread that `s` now holds its lease too: from then on
+// a claim replaced or removed is a loss noticed at once.
+void watch_lease(held_state& s);
 // Has the heartbeat thread ask `s`'s holder to yield, once, because it
 // sits idle (idle.cpp); nothing when it has been asked already.
 void ask_idle_yield(held_state& s);

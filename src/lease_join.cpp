@@ -15,6 +15,9 @@ namespace gl = gpulease;
 
 namespace {
 
+// The origin our claims record (gpulease's `origin`).
+constexpr const char* lease_origin = "offload-lock";
+
 // How often a waiter looks again though nothing it watches changed: the
 // lease's holder may end its window or let its heartbeat go stale on a
 // file system without inotify events, and a stuck counter lock clears by
@@ -35,16 +38,42 @@ std::string held_by(const gl::lease_verdict& v, const std::string& dir) {
   return s;
 }
 
+bool same_inputs(const gl::lease_inputs& a, const gl::lease_inputs& b) {
+  return a.explicit_dir == b.explicit_dir && a.gpu_lock == b.gpu_lock && a.lease_root == b.lease_root &&
+         a.state_dir == b.state_dir && a.cwd == b.cwd;
+}
+
+// The lease this process's acquisitions take: a root that exists, not
+// placed by GPU_LOCK or a directory of its own. Every acquisition asks, so
+// where no root exists this is all the lease costs: placing it again only
+// when the environment or the working directory changed (a thread's own
+// copy: nothing shared, nothing a fork could copy locked), then one open.
+std::optional<gl::lease_location> lease_here() {
+  thread_local std::optional<std::pair<gl::lease_inputs, gl::lease_location>> placed;
+  gl::lease_inputs in = gl::lease_inputs_from_environment();
+  if (!placed || !same_inputs(placed->first, in)) {
+    gl::lease_location where = gl::resolve_lease(in);
+    placed.emplace(std::move(in), std::move(where));
+  }
+  const gl::lease_location& loc = placed->second;
+  if (loc.source == gl::lease_source::gpu_lock || loc.source == gl::lease_source::explicit_dir) return std::nullopt;
+  if (!loc.refused.empty() || loc.root.empty()) return std::nullopt;
+  if (!sys::open_dir(sys::cwd, loc.root, /*nofollow=*/false, loc.root)) return std::nullopt;
+  return loc;
+}
+
 }  // namespace
 
 std::optional<gl::lease_location> lease_to_take(const plan& p) {
   // Slot 0 is the plain lock's directory: the one the lease goes with.
   if (!p.one_slot || p.slots.front() != 0) return std::nullopt;
-  const gl::lease_location loc = gl::resolve_lease(gl::lease_inputs_from_environment());
-  if (loc.source == gl::lease_source::gpu_lock || loc.source == gl::lease_source::explicit_dir) return std::nullopt;
-  if (!loc.refused.empty() || loc.root.empty()) return std::nullopt;
-  if (!sys::open_dir(sys::cwd, loc.root, /*nofollow=*/false, loc.root)) return std::nullopt;
-  return loc;
+  return lease_here();
+}
+
+void give_back_lease_of(std::int64_t pid) {
+  const auto loc = lease_here();
+  if (!loc) return;
+  if (auto h = gl::lease_hold::left_by(loc->dir, pid, lease_origin)) (void)h->release();
 }
 
 gl::inheritance lease_passed_down(const gl::lease_location& loc) {
@@ -61,7 +90,7 @@ error take_lease(const plan& p, const gl::lease_location& loc, held_state& s) {
   gl::take_options o;
   o.cls = gl::parse_lease_class(p.lease_class).value_or(gl::lease_class::media);
   o.reason = p.record.label;
-  o.origin = "offload-lock";
+  o.origin = lease_origin;
   // `acquire` records a holder that outlives this process: the lease names
   // it too, so that both protocols judge the same process.
   if (p.record.pid != sys::self_pid()) o.holder_pid = p.record.pid;
@@ -69,8 +98,14 @@ error take_lease(const plan& p, const gl::lease_location& loc, held_state& s) {
   for (;;) {
     auto r = gl::lease_hold::try_take(loc, o);
     if (r.status == gl::take_status::held) {
-      std::lock_guard<std::mutex> g(s.lease_mu);
-      s.lease = std::make_unique<gl::lease_hold>(std::move(*r.hold));
+      {
+        std::lock_guard<std::mutex> g(s.lease_mu);
+        s.lease = std::make_unique<gl::lease_hold>(std::move(*r.hold));
+      }
+      // The maximum hold counts from here: the GPU is this holder's now.
+      s.taken_at = sys::monotonic_ms();
+      s.lease_pending.store(false, std::memory_order_release);
+      watch_lease(s);
       return {};
     }
     gl::lease_wake wake = r.wake;

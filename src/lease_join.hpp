@@ -15,6 +15,7 @@
 #define OFFLOAD_LOCK_SRC_LEASE_JOIN_HPP
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "gpulease/inherit.hpp"
@@ -35,6 +36,12 @@ std::optional<gpulease::lease_location> lease_to_take(const plan& p);
 // How the errors of take_lease() that name the lease's holder begin (the
 // command tells them from a busy lock by it).
 inline constexpr std::string_view lease_wait_context = "the gpulease ";
+// The context of a lost lease's errc::lost (on_lost, a release): the
+// claim's path after the same words, so that the command says which of the
+// two locks was lost.
+inline std::string lease_loss_context(const std::string& claim_path) {
+  return std::string(lease_wait_context) + "lease claim " + claim_path;
+}
 
 // Takes the lease at `loc` for the holder of `s` (whose lock is held),
 // waiting as the plan says: a live holder is waited for (its exit, its
@@ -44,6 +51,13 @@ inline constexpr std::string_view lease_wait_context = "the gpulease ";
 // success the lease is in `s` (renewed by its heartbeat, released first at
 // its release).
 error take_lease(const plan& p, const gpulease::lease_location& loc, held_state& s);
+
+// After release_by() let go of the lock held by `pid` (slot 0 or the plain
+// lock), whose keeper may be gone: the lease taken with it (made by
+// offload-lock, naming the same holder) is given back too, as the keeper
+// would have. Errors are ignored: a lease left behind is taken over by
+// gpulease's rules once its heartbeat and window end.
+void give_back_lease_of(std::int64_t pid);
 
 // GPU_LEASE_* in this process's environment naming the lease at `loc`:
 // none (also for another lease directory's), a current lease to pass

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "lease_support.hpp"
 
@@ -149,6 +150,7 @@ TEST_CASE("lease: a process started under a gpulease lease passes through it, an
   auto res = run_cli(on_lock(r, {"run", "--wait", "0", "--", "true"}), stale);
   CHECK(res.code == 5);  // errc::lost, as for a lock no longer ours
   CHECK_THAT(res.err, Catch::Contains("the inherited GPU lease (epoch 99) is no longer current"));
+  CHECK_THAT(res.err, !Catch::Contains("lock was removed or replaced"));
   CHECK_FALSE(fs::exists(r.claim));
 }
 
@@ -183,4 +185,129 @@ TEST_CASE("lease: without a gpulease root no lease is taken and nothing is made"
   CHECK(slots.code == 0);
   CHECK_FALSE(fs::exists(r.d.path / "gpu" / "epoch"));
   CHECK(run_cli(on_lock(r, {"run", "--class", "video", "--", "true"}), site(r)).code == 2);
+}
+
+TEST_CASE("lease: acquire stopped by a signal while it holds the lock for the lease lets go of the lock",
+          "[multiprocess][lease]") {
+  lease_root r;
+  child g(standin_exe(), standin_hold(r.root));
+  REQUIRE(!line_starting(g, "acquired").empty());
+  // The recorded holder outlives the command: nobody else would release
+  // the lock for it.
+  child holder("/bin/sleep", {"300"});
+  const fs::path lock = r.d.path / "gpu.lock";
+  for (int sig : {SIGTERM, SIGINT}) {
+    child acq(cli_exe(), on_lock(r, {"acquire", "--pid", std::to_string(holder.pid()), "--wait", "120"}), site(r));
+    // Taken, and waiting for the lease.
+    REQUIRE(eventually([&] { return fs::exists(lock / "meta.json"); }));
+    acq.kill(sig);
+    INFO(acq.err_text());
+    CHECK(acq.wait() == std::optional<int>(128 + sig));
+    CHECK_FALSE(fs::exists(lock));
+    CHECK_THAT(acq.err_text(), Catch::Contains("gave up waiting for"));
+  }
+  // And the gpulease holder's lease was never touched.
+  CHECK_THAT(r.standin_view(), Catch::Contains("\"pid\":" + std::to_string(g.pid())));
+  g.close_stdin();
+  CHECK(g.wait() == 0);
+}
+
+TEST_CASE("lease: a holder whose lease claim is replaced in place is told at once, even under --quiet",
+          "[multiprocess][lease]") {
+  lease_root r;
+  // Renewals every 60 s (the default TTL's period): only the watch can tell
+  // it sooner.
+  child h(cli_exe(), on_lock(r, {"-q", "hold"}), site(r));
+  REQUIRE(line_starting(h, "acquired").size() > 0);
+  auto claim = claim_of(r);
+  const auto ours = claim["epoch"].get<std::uint64_t>();
+  // Long enough for the holder's watch to be in place (it is set up once a
+  // hold has lasted 20 ms).
+  std::this_thread::sleep_for(200ms);
+  // Another holder's claim, written aside and renamed over ours.
+  claim["epoch"] = ours + 7;
+  const fs::path aside = r.lease / "replacement.tmp";
+  write_file(aside, claim.dump());
+  fs::rename(aside, r.claim);
+  const std::string said = "the gpulease lease claim " + r.claim.string() + " was replaced or removed";
+  CHECK(eventually([&] { return h.err_text().find("WARNING: " + said) != std::string::npos; }, 30s));
+  INFO(h.err_text());
+  // The lock itself was not lost: released as ours at the end; the other
+  // holder's claim is left alone.
+  h.close_stdin();
+  CHECK(h.wait() == std::optional<int>(5));
+  CHECK_THAT(h.err_text(), Catch::Contains("offload-lock: " + said + " by someone else during the hold"));
+  CHECK_FALSE(fs::exists(r.d.path / "gpu.lock"));
+  CHECK(claim_of(r)["epoch"].get<std::uint64_t>() == ours + 7);
+}
+
+TEST_CASE("lease: release --pid of a lock whose acquire keeper is gone gives its lease back too",
+          "[multiprocess][lease]") {
+  lease_root r;
+  child holder("/bin/sleep", {"300"});
+  const std::string pid = std::to_string(holder.pid());
+  const auto args = on_lock(r, {"acquire", "--pid", pid});
+  REQUIRE(run_cli(args, site(r)).code == 0);
+  REQUIRE(claim_of(r)["holder"]["pid"] == holder.pid());
+  const std::string epoch = std::to_string(claim_of(r)["epoch"].get<std::uint64_t>());
+  // The keeper is the one process left with acquire's command line.
+  std::string wanted;
+  for (const auto& a : args) wanted += a + '\0';
+  int keeper = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline;
+    try {
+      cmdline = read_file(e.path() / "cmdline");
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (cmdline.find(wanted) != std::string::npos && std::stoi(name) != ::getpid()) keeper = std::stoi(name);
+  }
+  REQUIRE(keeper > 0);
+  REQUIRE(::kill(keeper, SIGKILL) == 0);
+  REQUIRE(eventually([&] { return ::kill(keeper, 0) != 0; }));
+  // The lock and the lease stay held for the live holder until released.
+  CHECK(fs::exists(r.claim));
+  auto res = run_cli(on_lock(r, {"release", "--pid", pid}), site(r));
+  INFO(res.out << res.err);
+  CHECK(res.code == 0);
+  CHECK_FALSE(fs::exists(r.d.path / "gpu.lock"));
+  CHECK_FALSE(fs::exists(r.claim));
+  CHECK_FALSE(fs::exists(r.lease / ("hb." + epoch)));
+  CHECK_THAT(r.standin_view(), Catch::Contains("\"held\":false"));
+  // A lease offload-lock did not make is never given back, though its
+  // holder's pid is the one a released v1 lock named.
+  child g(standin_exe(), standin_hold(r.root));
+  REQUIRE(!line_starting(g, "acquired").empty());
+  fs::create_directory(r.d.path / "gpu.lock");
+  const auto now_ms = std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch()).count();
+  write_file(r.d.path / "gpu.lock" / "meta.json",
+             "{\"pid\":" + std::to_string(g.pid()) + ",\"startedAt\":" + std::to_string(now_ms) + "}");
+  CHECK(run_cli(on_lock(r, {"release", "--pid", std::to_string(g.pid())}), site(r)).code == 0);
+  CHECK_FALSE(fs::exists(r.d.path / "gpu.lock"));
+  CHECK(claim_of(r)["holder"]["pid"] == g.pid());
+  g.close_stdin();
+  CHECK(g.wait() == 0);
+}
+
+TEST_CASE("lease: the maximum hold counts, and nothing asks CMD to make way, only once the lease is held too",
+          "[multiprocess][lease]") {
+  lease_root r;
+  child g(standin_exe(), standin_hold(r.root));
+  REQUIRE(!line_starting(g, "acquired").empty());
+  child ours(cli_exe(),
+             on_lock(r, {"run", "--max-hold", "1s", "--yield-signal", "USR1", "--", "sh", "-c", "echo started"}),
+             site(r));
+  // Holding the lock, waiting for the lease, past the maximum hold.
+  REQUIRE(eventually([&] { return fs::exists(r.d.path / "gpu.lock" / "meta.json"); }));
+  std::this_thread::sleep_for(2500ms);
+  CHECK_FALSE(ours.exited());
+  g.close_stdin();
+  CHECK(g.wait() == 0);
+  INFO(ours.err_text());
+  CHECK(ours.read_line() == std::optional<std::string>("started"));
+  CHECK(ours.wait() == 0);
+  CHECK_THAT(ours.err_text(), !Catch::Contains("maximum hold"));
 }
