@@ -9,6 +9,7 @@
 #include "heartbeat.hpp"
 #include "history.hpp"
 #include "inspect.hpp"
+#include "lease_join.hpp"
 #include "os/test_hooks.hpp"
 #include "os/files.hpp"
 #include "reclaim.hpp"
@@ -70,6 +71,18 @@ error held_state::release() {
 
 using namespace detail;
 
+namespace {
+
+// The gpulease lease the released holder took with the lock goes too: its
+// keeper, which would give it back, may be gone (lease_join.hpp). Only the
+// plain lock and slot 0 take one.
+void lease_left(const snapshot& s, const info& released) {
+  const bool slot0 = !s.meta_exists || !s.meta.gpu || *s.meta.gpu == 0;
+  if (slot0 && released.pid) give_back_lease_of(*released.pid);
+}
+
+}  // namespace
+
 result<release_outcome> release_by(const std::string& path, const release_request& req, milliseconds ttl) {
   auto t = open_target(path);
   if (!t) {
@@ -115,6 +128,7 @@ result<release_outcome> release_by(const std::string& path, const release_reques
       auto handed = hand_to_next(*t, s.id, d->o.dir.get(), slot, queue_base(path, slot), skip);
       if (handed && *handed) {
         out.status = release_status::released;
+        lease_left(s, d->i);
         return out;
       }
     }
@@ -125,6 +139,7 @@ result<release_outcome> release_by(const std::string& path, const release_reques
     if (*r == removal::removed) {
       out.status = release_status::released;
       history::record(path, history::released_by(d->i, req.force ? "force" : !req.token.empty() ? "token" : "pid"));
+      lease_left(s, d->i);
       return out;
     }
     // Replaced while we looked: judge the new one. Bounded, since each round

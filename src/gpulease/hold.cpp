@@ -294,6 +294,18 @@ error lease_hold::release() {
   return sys::unlink_at(d->get(), claim_name, false, claim_path());
 }
 
+std::optional<lease_hold> lease_hold::left_by(const std::string& dir, std::int64_t holder_pid,
+                                              std::string_view origin) {
+  auto d = sys::open_dir(sys::cwd, dir, /*nofollow=*/false, dir);
+  if (!d || holder_pid <= 0) return std::nullopt;
+  const file_read f = read_lease_file(d->get(), claim_name, dir + "/" + claim_name);
+  if (f.st != file_read::state::present) return std::nullopt;
+  auto r = parse_record(f.bytes);
+  if (!r || r->pid != holder_pid || r->origin != origin) return std::nullopt;
+  const lease_class c = parse_lease_class(r->lease_class).value_or(lease_class::media);
+  return lease_hold(dir, std::move(*r), c, f.id, sys::self_pid());
+}
+
 void lease_hold::adopt() { owner_pid_ = sys::self_pid(); }
 
 std::vector<std::pair<std::string, std::string>> lease_hold::child_environment() const {

@@ -93,6 +93,12 @@ class lease_hold {
   static take_result try_take(const lease_location& loc, const take_options& o,
                               const lease_process_view& pv = lease_process_view::real());
 
+  // The claim at `dir` when it names `holder_pid` as its holder and was
+  // made by `origin`: a hold of it for this process to release, as the
+  // process that kept it would have (`release --pid` of a lock whose keeper
+  // is gone). nullopt otherwise, or when it cannot be read.
+  static std::optional<lease_hold> left_by(const std::string& dir, std::int64_t holder_pid, std::string_view origin);
+
   lease_hold(lease_hold&& o) noexcept;
   lease_hold& operator=(lease_hold&& o) noexcept;
   lease_hold(const lease_hold&) = delete;
