@@ -40,7 +40,9 @@
 #include <string>
 #include <vector>
 
+#include "lease_join.hpp"
 #include "offload_lock/lock.hpp"
+#include "plan.hpp"
 #include "goals_bench.hpp"
 #include "ops_bench.hpp"
 #include "queue_bench.hpp"
@@ -290,6 +292,33 @@ void benchmark::uncontended() {
           "offload_lock::lock::acquire({path, wait 0}) then release(), default options (heartbeat thread on)");
   lib_row("library, heartbeat off", false, "the same with lock_options.heartbeat = false (no heartbeat thread)");
 
+  // The gpulease lease (src/lease_join.cpp): what looking for a state root
+  // costs where none exists (every row above pays it: the default root is
+  // absent on a machine without gpulease), and what holding both costs
+  // where one does.
+  const char* saved_root = std::getenv("OFFLOAD_LOCK_LEASE_ROOT");
+  const std::string saved = saved_root ? saved_root : "";
+  const std::string lease_root = fresh("u-lease-root");
+  ::setenv("OFFLOAD_LOCK_LEASE_ROOT", (lease_root + "/absent").c_str(), 1);
+  {
+    row r{"the lease lookup alone, no root",
+          "lease_to_take() of a plain lock's plan, the step each acquisition makes (src/lease_join.cpp)", n_.lib_ops,
+          {}, {}};
+    offload_lock::detail::plan p;
+    p.slots = {0};
+    r.us = batches_us(n_.batches, n_.lib_ops, [&] {
+      if (offload_lock::detail::lease_to_take(p)) throw failure("a lease root exists");
+    });
+    rows.push_back(r);
+  }
+  lib_row("library, no gpulease root", true,
+          "as the first row, OFFLOAD_LOCK_LEASE_ROOT naming a path that does not exist");
+  ::setenv("OFFLOAD_LOCK_LEASE_ROOT", lease_root.c_str(), 1);
+  lib_row("library, holding both (a gpulease root)", true,
+          "as the first row with a gpulease state root: the lock and a gpulease lease each time");
+  if (saved_root) ::setenv("OFFLOAD_LOCK_LEASE_ROOT", saved.c_str(), 1);
+  else ::unsetenv("OFFLOAD_LOCK_LEASE_ROOT");
+
   auto node_row = [&](const std::string& name, const std::string& mode, const std::string& what) {
     row r{name, what, n_.node_ops, {}, {}};
     if (!have_node()) {
@@ -374,7 +403,16 @@ void benchmark::uncontended() {
     j.push_back(jr);
   }
   print(t.render());
-  out_["uncontended"] = {{"unit", "µs per acquire+release"}, {"batches", n_.batches}, {"rows", j}};
+  double lookup_us = kNaN, lib_us = kNaN;
+  for (auto& r : rows) {
+    if (!r.error.empty()) continue;
+    if (r.name.rfind("the lease lookup", 0) == 0) lookup_us = summarize(r.us).median;
+    if (r.name.rfind("library lock", 0) == 0) lib_us = summarize(r.us).median;
+  }
+  print("The lease lookup without a root is " + fmt(100.0 * lookup_us / lib_us, 2) +
+        "% of an uncontended library acquire+release (" + fmt(lookup_us, 2) + " of " + fmt(lib_us, 2) + " µs).\n");
+  out_["uncontended"] = {{"unit", "µs per acquire+release"}, {"batches", n_.batches}, {"rows", j},
+                         {"lease_lookup_share", num(lookup_us / lib_us)}};
 }
 
 // ---- section 2 ----
