@@ -91,7 +91,7 @@ result<release_outcome> release_by(const std::string& path, const release_reques
     return t.error();
   }
   for (int attempt = 0;; ++attempt) {
-    auto d = inspect_target(*t, ttl.count(), default_grace.count(), process_view::real());
+    auto d = inspect_target(*t, ttl.count(), default_grace.count(), process_view::real(), nullptr, false);
     if (!d) return d.error();
     release_outcome out;
     out.before = d->i;
