@@ -83,6 +83,9 @@ class queue_place {
   int wake_fd() const { return reg_ ? reg_->wake_fd() : -1; }
   // Reads the wake channel: followers announcing themselves are noted.
   void read_wake();
+  // How many times this waiter has been told to wake ("w": the queue moved
+  // for it), as read by read_wake(); a follower's announcement is not one.
+  int wakes_told() const { return wakes_told_; }
   // Tells `pred` (an entry of this user ahead) that this waiter follows it
   // (before each sleep behind it). False when `pred` will not wake it (it left the
   // queue meanwhile, or its channel cannot be written): look again soon.
@@ -112,6 +115,8 @@ class queue_place {
   std::vector<queue_entry> ahead_all_;  // the last refresh(): live entries served before this one
   std::set<std::pair<std::string, std::string>> followers_;  // (user dir, stem)
   std::string following_;  // the predecessor told, as passed_name
+  bool woken_ = false;     // a "w" came since: the predecessor forgot this one
+  int wakes_told_ = 0;     // how many "w" came
 };
 
 // The pass-over clock of one waiter for one slot. While the lock is
