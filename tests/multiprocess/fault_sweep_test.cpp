@@ -10,7 +10,10 @@
 //   wait out, or ends with an error that names the failure;
 // - nothing left behind of the faulty participant's.
 // scripts/test runs a sample of the N's; OFFLOAD_LOCK_SWEEP=full (scripts/soak)
-// runs every N a scenario reaches.
+// runs every N a scenario reaches; OFFLOAD_LOCK_SWEEP=light (scripts/sanitize,
+// whose instrumented processes start and run many times slower) a sparser
+// sample, one errno of each kind of failure: out of a resource, an I/O error,
+// an interruption.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/inotify.h>
@@ -173,15 +176,23 @@ const std::vector<const char*> kCalls = {
     "readlinkat"};
 const std::vector<int> kErrnos = {EMFILE, ENFILE, ENOMEM, EACCES, EIO, ENOSPC, EINTR};
 
-bool full_sweep() {
+bool sweep_is(const char* mode) {
   const char* v = std::getenv("OFFLOAD_LOCK_SWEEP");
-  return v && std::string(v) == "full";
+  return v && std::string(v) == mode;
 }
+bool full_sweep() { return sweep_is("full"); }
+bool light_sweep() { return sweep_is("light"); }
+
+// The errnos tried: every one, or in the light sweep one of each kind.
+bool tried(int err) { return !light_sweep() || err == EMFILE || err == EIO || err == EINTR; }
 
 // The N's to try for a call: all of them in the full sweep; otherwise the
 // first few and then a sparse sample (a call made a hundred times fails
 // alike at its 40th and 41st use).
-bool sampled(long n) { return full_sweep() || n <= 3 || n == 5 || n == 9 || n == 17 || n == 33; }
+bool sampled(long n) {
+  if (light_sweep()) return n <= 2 || n == 9 || n == 33;
+  return full_sweep() || n <= 3 || n == 5 || n == 9 || n == 17 || n == 33;
+}
 
 // Which failures persist from their Nth call on: every errno in the full
 // sweep, the lasting shortages otherwise. Never EINTR (a real EINTR needs a
@@ -235,6 +246,7 @@ void sweep_quarter(std::size_t part, const std::function<bool(const char*, int, 
   for (const char* call : calls)
     for (int err : kErrnos)
       for (bool persist : {false, true}) {
+        if (!tried(err)) continue;
         if (persist && !persists(call, err)) continue;
         for (long n = 1; n <= 64; ++n) {
           if (!sampled(n)) continue;
