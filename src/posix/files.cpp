@@ -264,15 +264,13 @@ std::optional<std::string> attr_at(int dirfd, const std::string& name, const cha
   return value;
 }
 
-result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, std::size_t cap) {
-  // A descriptor of its own: the listing's offset is not the caller's.
-  int raw = retry([&] { return calls.openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0); });
-  if (raw < 0) return sys_error(errno, "open", shown);
-  fd d(raw);
+namespace {
+
+result<std::vector<std::string>> read_names(int dirfd, const std::string& shown, std::size_t cap) {
   std::vector<std::string> names;
   alignas(8) char buf[32768];
   for (;;) {
-    const ssize_t n = retry([&] { return calls.getdents64(d.get(), buf, sizeof buf); });
+    const ssize_t n = retry([&] { return calls.getdents64(dirfd, buf, sizeof buf); });
     if (n < 0) return sys_error(errno, "readdir", shown);
     if (n == 0) break;
     for (ssize_t off = 0; off < n;) {
@@ -290,6 +288,21 @@ result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, s
     }
   }
   return names;
+}
+
+}  // namespace
+
+result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, std::size_t cap) {
+  // A descriptor of its own: the listing's offset is not the caller's.
+  int raw = retry([&] { return calls.openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0); });
+  if (raw < 0) return sys_error(errno, "open", shown);
+  fd d(raw);
+  return read_names(d.get(), shown, cap);
+}
+
+result<std::vector<std::string>> list_dir_again(int dirfd, const std::string& shown, std::size_t cap) {
+  if (retry([&] { return static_cast<int>(calls.lseek(dirfd, 0, SEEK_SET)); }) < 0) return sys_error(errno, "lseek", shown);
+  return read_names(dirfd, shown, cap);
 }
 
 error ofd_lock(int f, bool write) {
