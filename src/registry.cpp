@@ -277,6 +277,18 @@ bool registration::intact() {
   return st && mine && st->id == mine->id;
 }
 
+void tidy_registry(const std::string& base, const std::string& user_dir) {
+  std::string name;
+  auto parent = open_parent(base, name);
+  if (!parent) return;
+  const std::string top = queue_dir_name(name), shown = base + " queue";
+  // By name, each only when empty (ENOTEMPTY otherwise). In a sticky
+  // registry another user's directory of that name is not ours to remove
+  // (EPERM), and neither is another user's registry in a sticky parent.
+  (void)sys::unlink_at(parent->get(), top + "/" + user_dir, true, shown);
+  (void)sys::unlink_at(parent->get(), top, true, shown);
+}
+
 bool registration::send_beside(const std::string& to_stem, const std::string& line, bool confirm) {
   auto w = sys::open_fifo_writer(dir_.get(), to_stem + ".wake", shown_);
   if (!w) return false;
@@ -300,9 +312,11 @@ registration::~registration() {
     wake_.reset();
     dir_.reset();
     // Each succeeds only when nothing else is left in it (ENOTEMPTY).
-    (void)sys::unlink_at(top_.get(), me_.dir, true, shown_);
-    top_.reset();
-    (void)sys::unlink_at(parent_.get(), top_name_, true, shown_);
+    if (!keep_dirs_) {
+      (void)sys::unlink_at(top_.get(), me_.dir, true, shown_);
+      top_.reset();
+      (void)sys::unlink_at(parent_.get(), top_name_, true, shown_);
+    }
   } catch (...) {
     // Out of memory building a message: the entry stays, unlocked, and is
     // swept by this user's next waiter.

@@ -94,7 +94,8 @@ int queue_slot(const waiter_record& r);
 bool accepts(const waiter_record& r, int slot);
 
 // One entry of this process, removed by the destructor (with its user
-// directory and the registry when they are left empty). Not thread-safe.
+// directory and the registry when they are left empty, unless keep_dirs()).
+// Not thread-safe.
 class registration {
  public:
   // Registers `rec` in the registry of the lock at `base`. Best effort:
@@ -124,6 +125,9 @@ class registration {
   // waiters), through the directory this registration holds open: no walk
   // from the lock's parent. False as for send().
   bool send_beside(const std::string& to_stem, const std::string& line, bool confirm = false);
+  // Leaves the registry's directories in place when the entry goes (see
+  // tidy_registry()).
+  void keep_dirs() { keep_dirs_ = true; }
 
  private:
   registration() = default;
@@ -131,7 +135,15 @@ class registration {
   queue_entry me_;
   std::string top_name_, shown_;
   bool withdrawn_ = false;
+  bool keep_dirs_ = false;
 };
+
+// Removes this user's directory `user_dir` of the registry of the lock at
+// `base`, and the registry, each only if empty. A waiter that takes the lock
+// leaves them for its release to tidy: taking the lock is the way to the
+// caller, and in a lock taken turn by turn the next waiter joins before that
+// release, so the directories are made and removed once, not at every turn.
+void tidy_registry(const std::string& base, const std::string& user_dir);
 
 // Writes one line into the wake channel of entry `to`, if it is this
 // process's user's (never blocking; false when it cannot be written). With
