@@ -142,6 +142,11 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
     held->meta_fd = std::move(c->meta);
     held->id = c->id;
     sys::guard_from_fork(held->meta_fd.get());
+    // In a directory shared with gpulease the same meta.json is the lease.
+    if (c->lease) {
+      held->lease = std::move(c->lease);
+      held->shared = true;
+    }
   }
   held->owner_pid = sys::self_pid();
   held->token = token_;
@@ -174,7 +179,9 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
 }
 
 void acquisition::stage(slot& s) {
-  if (s.staged || !place_.me()) return;
+  // A directory shared with gpulease is never swapped for another: it is
+  // gpulease's container, holding its files.
+  if (s.staged || !place_.me() || shared_) return;
   meta_record rec = record_for(s);
   s.staged = staged_lock::make(s.t, place_.me()->stem(), serialize(rec));
   if (!s.staged) return;
@@ -208,11 +215,16 @@ result<std::shared_ptr<held_state>> acquisition::withdraw_all() {
   return std::shared_ptr<held_state>();
 }
 
+result<detailed> acquisition::look(slot& s) {
+  if (shared_) return inspect_shared(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, shared_->pv, &s.seen, false);
+  return inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen, false);
+}
+
 result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool active) {
   // Handed over: the releasing holder swapped the staged lock in. One stat
   // says so, before any look (the way to holding after a handoff).
   if (s.staged && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
-  auto d = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen, false);
+  auto d = look(s);
   if (!d) {
     // Not even a stat of the lock path: unknown, looked at again.
     r.unknown = d.error();
@@ -304,7 +316,8 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
       return std::shared_ptr<held_state>();
     }
     d->o.dir = std::move(*again);
-    auto rem = reclaim(s.t, d->o, d->v, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, !waited_out);
+    auto rem = shared_ ? take_over_shared(s.t, d->o, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, shared_->pv, !waited_out)
+                       : reclaim(s.t, d->o, d->v, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, !waited_out);
     if (!rem) return rem.error();
     if (*rem != removal::contended) {
       s.contended_since = -1;
@@ -355,13 +368,13 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
   meta_record claimed = record_for(s);
   claimed.passed_over = place_.passed_still_queued();
   const std::string bytes = serialize(claimed);
-  auto c = try_claim(s.t, bytes);
-  if (c && c->taken) return take(s, false, &*c, &bytes);
+  auto c = shared_ ? claim_shared(s.t, snap, bytes, *shared_) : try_claim(s.t, bytes);
+  if (c && c->taken) return take(s, false, &*c, shared_ ? &c->written : &bytes);
   if (!c) {
     // The claim failed (out of space or descriptors, say). While someone
     // else took the lock meanwhile, that is no reason to stop waiting;
     // on a free lock it is the answer, naming the file.
-    auto again = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen, false);
+    auto again = look(s);
     if (!again || !again->o.snap.present || again->v.free()) return c.error();
     r.unknown = c.error();
   }
