@@ -75,6 +75,10 @@ constexpr std::int64_t kRestampMs = 1'000;
 
 std::int64_t refresh_period(std::int64_t ttl) { return std::clamp<std::int64_t>(ttl / 4, 100, 60'000); }
 
+// How soon a claim in a directory shared with gpulease is tried again while
+// gpulease's counter lock stays taken.
+constexpr std::int64_t shared_counter_retry_ms = 200;
+
 }  // namespace
 
 acquisition::acquisition(const plan& p)
@@ -370,6 +374,14 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
   const std::string bytes = serialize(claimed);
   auto c = shared_ ? claim_shared(s.t, snap, bytes, *shared_) : try_claim(s.t, bytes);
   if (c && c->taken) return take(s, false, &*c, shared_ ? &c->written : &bytes);
+  if (!c && shared_ && c.error().code() == sys::errno_code(std::errc::resource_unavailable_try_again)) {
+    // gpulease's counter lock stayed taken (a gpulease acquirer killed
+    // inside it, cleared by gpulease's 30 s rule): waited for, as
+    // take_lease() waits for it, never an answer.
+    r.unknown = c.error();
+    r.timeout = sooner(r.timeout, shared_counter_retry_ms);
+    return std::shared_ptr<held_state>();
+  }
   if (!c) {
     // The claim failed (out of space or descriptors, say). While someone
     // else took the lock meanwhile, that is no reason to stop waiting;

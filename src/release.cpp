@@ -98,8 +98,8 @@ void lease_left(const snapshot& s, const info& released) {
 
 // release_by() where the lock directory is gpulease's lease directory too
 // (shared_dir.hpp): the matched holder's meta.json and markers go, the
-// directory stays; a holder is matched by its token, its pid (the v1
-// record's), or by force.
+// directory stays; a holder is matched by its token, its v1 record's pid,
+// or by force.
 result<release_outcome> release_shared_by(const target& t, const release_request& req, milliseconds ttl) {
   const process_view pv = process_view::real();
   const auto lpv = gpulease::lease_process_view::real();
@@ -113,8 +113,11 @@ result<release_outcome> release_shared_by(const target& t, const release_request
     if (!s.is_dir) return not_a_lock_directory(t.path, s);
     if (d->v.not_a_lock()) return not_a_lock_error(t.path, d->v);
     if (!s.meta_exists) return out;
+    // The pid of a v1 record (a v1 runner's or offload-lock's): a gpulease
+    // claim names its holder too, but is gpulease's to release (--force
+    // alone removes it).
     const bool matches = req.force || (!req.token.empty() && req.token == d->i.token) ||
-                         (req.pid > 0 && d->i.pid && *d->i.pid == req.pid);
+                         (req.pid > 0 && s.meta.js_pid && *s.meta.js_pid == static_cast<double>(req.pid));
     if (!matches) {
       out.status = d->i.held ? release_status::not_owner : release_status::already_free;
       return out;

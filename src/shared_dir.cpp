@@ -354,6 +354,10 @@ result<claim> claim_inside(const target& t, const sys::file_id& judged_dir, cons
   if (!dst) return dst.error();
   // Replaced since it was judged free (a v1 runner's new directory, say).
   if (dst->id != judged_dir) return claim{};
+  // Not while another offload-lock process moves a claim aside to look at
+  // it (take_over_shared, a release): a claim moved aside by mistake is put
+  // back, and one made here meanwhile would stand in its way.
+  mover_lock movers(d->get());
   gl::clean_private_leftovers(d->get(), t.path);
   const std::string meta_shown = t.path + "/" + meta_file_name;
   const std::string temp = gl::claim_temp_prefix + unique_suffix();
