@@ -153,6 +153,7 @@ result<shared_observed> observe_shared(const target& t) {
       s.look_failed = "listing " + t.path;
     } else {
       for (const auto& n : *names) {
+        if (n.rfind("hb.", 0) == 0 || n.rfind("unloaded.", 0) == 0) so.lease_files = true;
         if (!gl::allowed_in_shared_lock_dir(n)) {
           s.foreign_entry = n;
           break;
@@ -184,7 +185,8 @@ result<shared_observed> observe_shared(const target& t) {
 verdict judge_shared(const shared_observed& so, std::int64_t now, std::int64_t ttl, std::int64_t grace,
                      const process_view& pv, const gl::lease_process_view& lpv) {
   const snapshot& s = so.o.snap;
-  if (!s.present || !s.is_dir || s.look_errno) return judge(s, now, ttl, grace, pv);
+  if (s.present && !s.is_dir) return with(judgment::not_a_lock, "not a directory");
+  if (!s.present || s.look_errno) return judge(s, now, ttl, grace, pv);
 
   if (!s.meta_exists) {
     if (auto why = not_made_by_mkdir(s)) return with(judgment::not_a_lock, *why);
@@ -195,13 +197,14 @@ verdict judge_shared(const shared_observed& so, std::int64_t now, std::int64_t t
       return v;
     }
     // No claim. A v1 runner's mkdir makes an empty directory and writes its
-    // meta.json next (B3): one born less than the grace ago may be that.
-    // Every other one is gpulease's container, or one emptied by a
+    // meta.json next (B3): an empty one born less than the grace ago may be
+    // that. Every other one is gpulease's container, or one emptied by a
     // release or a takeover: its birth is older (emptying it changes its
-    // mtime, not its birth).
+    // mtime, not its birth), or it still holds a lease's files (a dead
+    // holder's heartbeat, say), which no v1 runner's new directory holds.
     const std::int64_t born = so.born_ms.value_or(s.dir_mtime_ms);
     const std::int64_t age = std::max(sat_sub(now, born), s.unchanged_for_ms);
-    if (age < grace) {
+    if (age < grace && !so.lease_files) {
       verdict v = with(judgment::held, "an empty directory " + ms_text(age) + " old (within the " + ms_text(grace) +
                                            " grace of a v1 runner between its mkdir and its meta.json)");
       v.incomplete = true;

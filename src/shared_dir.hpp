@@ -16,10 +16,12 @@
 //   it by moving a complete, write-locked file onto meta.json without
 //   replacing, which O_EXCL creates and renames exclude both ways. Where no
 //   directory is there, it is made with its meta.json in place (B1).
-// - An empty directory may be a v1 runner's, between its mkdir and its
-//   write (B3): left alone until it is `grace` old by its birth time, which
-//   emptying it does not change (its mtime, where the file system keeps no
-//   birth time). Every other emptied container is claimed at once.
+// - A directory without a claim may be a v1 runner's, between its mkdir
+//   and its write (B3): left alone until it is `grace` old by its birth
+//   time, which emptying it does not change (its mtime, where the file
+//   system keeps no birth time), unless it holds a lease's files (hb.*,
+//   unloaded.*), which no new directory of a v1 runner holds. Every other
+//   container is claimed at once.
 // - Judging: a claim without a v1 pid by gpulease's rules alone
 //   (judge_lease), a v1 record without an epoch by the v1 rules alone,
 //   one with both by both (held while either calls it held), a held OFD
@@ -67,6 +69,9 @@ struct shared_observed {
   observed o;
   gpulease::lease_snapshot lease;
   std::optional<std::int64_t> born_ms;
+  // Without a meta.json: the directory holds a lease's files (hb.*,
+  // unloaded.*), so it is no v1 runner's new directory.
+  bool lease_files = false;
 };
 result<shared_observed> observe_shared(const target& t);
 
