@@ -173,8 +173,9 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   }
   held->t = std::move(s.t);
   s.gate_owned = false;  // the gate of the slot taken stays this thread's
+  if (const queue_entry* me = place_.me()) held->queue_dir = me->dir;
   // Out of the queue before anyone is told (its followers move up).
-  place_.leave();
+  place_.leave(/*taking=*/true);
   for (auto& other : slots_)
     if (other.staged) (void)other.staged->withdraw(other.t);
   if (p_.hold.heartbeat) start_heartbeat(held);

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "meta.hpp"
+#include "os/watch.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
 #include "os/programs.hpp"
@@ -26,18 +27,23 @@ std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::strin
   auto pd = sys::open_dir(sys::cwd, parent, false, s->shown_);
   if (!pd) return nullptr;
   s->parent_ = std::move(*pd);
-  if (sys::mkdir_at(t.parent.get(), s->name_, 0777, s->shown_)) {
+  // Built under a private name and renamed in once complete: a releaser
+  // waiting for it (hand_to_next) is woken by that rename, and never finds
+  // it half made.
+  const std::string building = stage_prefix(t) + unique_suffix();
+  if (sys::mkdir_at(t.parent.get(), building, 0777, s->shown_)) {
     s->taken_ = true;
     return nullptr;
   }
+  bool renamed = false;
   auto fail = [&]() -> std::unique_ptr<staged_lock> {
     s->meta_.reset();
     s->dir_.reset();
-    (void)remove_lock_dir_at(t.parent.get(), s->name_, s->shown_);
+    (void)remove_lock_dir_at(t.parent.get(), renamed ? s->name_ : building, s->shown_);
     s->taken_ = true;  // nothing left to withdraw
     return nullptr;
   };
-  auto d = sys::open_dir(t.parent.get(), s->name_, true, s->shown_);
+  auto d = sys::open_dir(t.parent.get(), building, true, s->shown_);
   if (!d) return fail();
   s->dir_ = std::move(*d);
   auto st = sys::stat_fd(s->dir_.get(), s->shown_);
@@ -47,6 +53,8 @@ std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::strin
   auto m = sys::create_file_at(s->dir_.get(), meta_file_name, meta, 0644, s->shown_);
   if (!m || sys::chmod_fd(m->get(), 0644, s->shown_) || sys::ofd_lock(m->get(), true)) return fail();
   s->meta_ = std::move(*m);
+  if (sys::rename_noreplace(t.parent.get(), building, s->name_, s->shown_)) return fail();
+  renamed = true;
   sys::guard_from_fork(s->meta_.get());
   s->id_ = st->id;
   s->bytes_ = meta;
@@ -229,9 +237,18 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   // among several slots never stages: released plainly at once.
   if (st == staged::absent && queue_slot(next->rec) >= 0) {
     if (!reader_for(base).send_to(*next, "w")) (void)send(base, next->dir, next->stem(), "w");
+    // Woken when it renames its staged lock in (staged_lock::make), or by
+    // anything else that changes the lock's parent, then looked at again;
+    // without an inotify instance, looked at every millisecond.
+    std::string parent, name_unused;
+    sys::split_path(t.path, parent, name_unused);
+    sys::watcher w;
+    const int watching = w.watch_entries(parent);
     const std::int64_t until = sys::monotonic_ms() + kStageWaitMs;
-    while (st == staged::absent && sys::monotonic_ms() < until) {
-      sys::pause_ms(1);
+    for (st = check(); st == staged::absent;) {
+      const std::int64_t left = until - sys::monotonic_ms();
+      if (left <= 0) break;
+      (void)w.wait(watching >= 0 ? left : std::min<std::int64_t>(left, 1), {}, nullptr);
       st = check();
     }
   }
@@ -266,8 +283,8 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   // Empty now: an rmdir by name can only ever remove an empty directory, so
   // it never takes a staged lock made there again meanwhile (never empty).
   if (out) {
-    auto st = sys::stat_at(t.parent.get(), name, shown);
-    if (st && st->id == own_id) (void)sys::unlink_at(t.parent.get(), name, true, shown);
+    auto left = sys::stat_at(t.parent.get(), name, shown);
+    if (left && left->id == own_id) (void)sys::unlink_at(t.parent.get(), name, true, shown);
   }
   // Woken by its staged directory's move already; the wake channel too, for
   // a waiter that could not watch it.

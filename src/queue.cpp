@@ -62,8 +62,9 @@ void queue_place::join() {
   reg_ = registration::add(p_.base, rec_);
 }
 
-void queue_place::leave() {
+void queue_place::leave(bool taking) {
   if (!reg_) return;
+  if (taking) reg_->keep_dirs();
   // Out of the registry first, then the last look at the channel: every
   // follower either wrote before it (and is woken below) or finds the
   // entry gone (follow()).

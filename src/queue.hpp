@@ -67,8 +67,9 @@ class queue_place {
   // queue, claiming whenever it finds the lock free, as a v1 runner does.
   void join();
   // Leaves the queue and wakes this user's next waiters behind it (they may
-  // now be active).
-  void leave();
+  // now be active). `taking`: this waiter takes the lock, and leaves the
+  // registry's directories for its release to tidy (tidy_registry()).
+  void leave(bool taking = false);
   // Leaves and joins again at the back of its priority class (a waiter
   // found passed over in a holder's meta.json).
   void rejoin();

@@ -4,6 +4,7 @@
 #include "registry.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <nlohmann/json.hpp>
 
 #include "meta.hpp"
@@ -158,12 +159,17 @@ bool parse_waiter(const std::string& bytes, waiter_record& out) {
   return true;
 }
 
+bool served_before_keys(int priority, std::int64_t arrival_ns, std::uint32_t uid, const std::string& dir,
+                        const std::string& name, const queue_entry& b) {
+  if (priority != b.rec.priority) return priority > b.rec.priority;
+  if (arrival_ns != b.arrival_ns) return arrival_ns < b.arrival_ns;
+  if (uid != b.uid) return uid < b.uid;
+  if (dir != b.dir) return dir < b.dir;
+  return name < b.name;
+}
+
 bool served_before(const queue_entry& a, const queue_entry& b) {
-  if (a.rec.priority != b.rec.priority) return a.rec.priority > b.rec.priority;
-  if (a.arrival_ns != b.arrival_ns) return a.arrival_ns < b.arrival_ns;
-  if (a.uid != b.uid) return a.uid < b.uid;
-  if (a.dir != b.dir) return a.dir < b.dir;
-  return a.name < b.name;
+  return served_before_keys(a.rec.priority, a.arrival_ns, a.uid, a.dir, a.name, b);
 }
 
 int queue_slot(const waiter_record& r) { return r.gpu >= 0 ? r.gpu : r.gpus == 1 ? 0 : -1; }
@@ -271,6 +277,18 @@ bool registration::intact() {
   return st && mine && st->id == mine->id;
 }
 
+void tidy_registry(const std::string& base, const std::string& user_dir) {
+  std::string name;
+  auto parent = open_parent(base, name);
+  if (!parent) return;
+  const std::string top = queue_dir_name(name), shown = base + " queue";
+  // By name, each only when empty (ENOTEMPTY otherwise). In a sticky
+  // registry another user's directory of that name is not ours to remove
+  // (EPERM), and neither is another user's registry in a sticky parent.
+  (void)sys::unlink_at(parent->get(), top + "/" + user_dir, true, shown);
+  (void)sys::unlink_at(parent->get(), top, true, shown);
+}
+
 bool registration::send_beside(const std::string& to_stem, const std::string& line, bool confirm) {
   auto w = sys::open_fifo_writer(dir_.get(), to_stem + ".wake", shown_);
   if (!w) return false;
@@ -294,9 +312,11 @@ registration::~registration() {
     wake_.reset();
     dir_.reset();
     // Each succeeds only when nothing else is left in it (ENOTEMPTY).
-    (void)sys::unlink_at(top_.get(), me_.dir, true, shown_);
-    top_.reset();
-    (void)sys::unlink_at(parent_.get(), top_name_, true, shown_);
+    if (!keep_dirs_) {
+      (void)sys::unlink_at(top_.get(), me_.dir, true, shown_);
+      top_.reset();
+      (void)sys::unlink_at(parent_.get(), top_name_, true, shown_);
+    }
   } catch (...) {
     // Out of memory building a message: the entry stays, unlocked, and is
     // swept by this user's next waiter.
@@ -319,6 +339,15 @@ std::vector<std::string> registry_reader::dir_paths() const {
 }
 
 bool registry_reader::open_top() {
+  // Directories held open are listed through their own descriptors (their
+  // offsets rewound): a forked child shares those offsets with its parent,
+  // so it opens its own.
+  if (fork_generation_ != forks_seen()) {
+    fork_generation_ = forks_seen();
+    parent_.reset();
+    top_.reset();
+    for (auto& [name, ud] : dirs_) ud.open.reset();
+  }
   if (!parent_.valid()) {
     std::string name;
     auto p = open_parent(base_, name);
@@ -349,7 +378,7 @@ bool registry_reader::open_top() {
     top_open_id_ = st->id;
   }
   if (!(top_settled_ && st->id == top_id_ && st->mtime_ms == top_mtime_)) {
-    auto names = sys::list_dir(top_.get(), top_path_, kTopNames);
+    auto names = sys::list_dir_again(top_.get(), top_path_, kTopNames);
     if (!names) return false;
     if (st->id != top_id_) {
       top_dirs_.clear();
@@ -375,12 +404,24 @@ bool registry_reader::open_top() {
   return true;
 }
 
+namespace {
+std::atomic<unsigned> forks{0};
+struct fork_counter {
+  fork_counter() noexcept {
+    sys::on_fork(nullptr, nullptr, [] { forks.fetch_add(1, std::memory_order_relaxed); });
+  }
+};
+const fork_counter installed_fork_counter;
+}  // namespace
+
+unsigned registry_reader::forks_seen() { return forks.load(std::memory_order_relaxed); }
+
 std::map<std::string, registry_reader::entry_info>& registry_reader::known() {
   thread_local std::map<std::string, entry_info> k;
   return k;
 }
 
-std::vector<registry_reader::candidate> registry_reader::candidates() {
+std::vector<registry_reader::candidate> registry_reader::candidates(const queue_entry* before) {
   saw_dead_own_ = false;
   std::vector<candidate> out;
   if (!open_top()) return out;
@@ -388,7 +429,7 @@ std::vector<registry_reader::candidate> registry_reader::candidates() {
   std::size_t foreign = 0;
   for (const auto& [dir_name, uid] : top_dirs_) {
     if (uid != me && ++foreign > kUserDirs) continue;
-    read_dir(dir_name, uid, out);
+    read_dir(dir_name, uid, before, out);
   }
   std::sort(out.begin(), out.end(), [](const candidate& a, const candidate& b) { return served_before(a.e, b.e); });
   return out;
@@ -396,7 +437,7 @@ std::vector<registry_reader::candidate> registry_reader::candidates() {
 
 std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
   std::vector<queue_entry> out;
-  for (auto& c : candidates()) {
+  for (auto& c : candidates(before)) {
     // Known to come after `before`: not probed at all.
     if (before && !served_before(c.e, *before)) continue;
     if (!c.proven && !prove(c)) continue;
@@ -416,7 +457,8 @@ std::optional<queue_entry> registry_reader::first(const std::function<bool(const
   return std::nullopt;
 }
 
-void registry_reader::read_dir(const std::string& dir_name, std::uint32_t uid, std::vector<candidate>& out) {
+void registry_reader::read_dir(const std::string& dir_name, std::uint32_t uid, const queue_entry* before,
+                               std::vector<candidate>& out) {
   user_dir& ud = dirs_[dir_name];
   if (ud.uid != uid) ud = user_dir{};
   ud.uid = uid;
@@ -440,7 +482,7 @@ void registry_reader::read_dir(const std::string& dir_name, std::uint32_t uid, s
   }
   const bool mine = uid == sys::effective_uid();
   if (!(ud.settled && st->id == ud.id && st->mtime_ms == ud.mtime)) {
-    auto names = sys::list_dir(ud.open.get(), shown, mine ? kOwnNames : kForeignNames);
+    auto names = sys::list_dir_again(ud.open.get(), shown, mine ? kOwnNames : kForeignNames);
     if (!names) return;
     if (st->id != ud.id) {
       ud.parsed.clear();
@@ -466,8 +508,11 @@ void registry_reader::read_dir(const std::string& dir_name, std::uint32_t uid, s
       if (auto k = known().find(top_path_ + "/" + dir_name + "/" + n); k != known().end())
         cached = ud.parsed.emplace(n, k->second).first;
     if (cached != ud.parsed.end()) {
-      // Its order is known: probed only if a caller needs it (prove()).
-      out.push_back(candidate{queue_entry{dir_name, n, uid, cached->second.ctime_ns, cached->second.rec}, false});
+      // Its order is known: probed only if a caller needs it (prove()), and
+      // left out when it comes after `before` (compared on the keys alone).
+      const entry_info& i = cached->second;
+      if (!before || served_before_keys(i.rec.priority, i.ctime_ns, uid, dir_name, n, *before))
+        out.push_back(candidate{queue_entry{dir_name, n, uid, i.ctime_ns, i.rec}, false});
       ud.names.push_back(std::move(n));
       continue;
     }
@@ -527,8 +572,9 @@ bool registry_reader::look(user_dir& ud, const std::string& dir_name, const std:
       return false;
     }
     // A file naming a process of another user (visible in this pid
-    // namespace) is a forgery: only root speaks for others.
-    if (ud.uid != 0)
+    // namespace) is a forgery: only root speaks for others. (In this
+    // user's own directory nothing is gained by one: not looked for.)
+    if (ud.uid != 0 && ud.uid != sys::effective_uid())
       if (auto owner = sys::process_uid(info.rec.pid); owner && *owner != ud.uid) {
         dead();
         return false;

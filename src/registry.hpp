@@ -82,6 +82,9 @@ struct queue_entry {
 // Serving order: priority (highest first), then arrival (earliest first),
 // then author and name, so that every reader orders the same entries alike.
 bool served_before(const queue_entry& a, const queue_entry& b);
+// The same, for an entry given by its keys.
+bool served_before_keys(int priority, std::int64_t arrival_ns, std::uint32_t uid, const std::string& dir,
+                        const std::string& name, const queue_entry& b);
 
 // The slot an entry waits for: its gpu, slot 0 for a plain lock, -1 for a
 // wait among several slots (see accepts()).
@@ -91,7 +94,8 @@ int queue_slot(const waiter_record& r);
 bool accepts(const waiter_record& r, int slot);
 
 // One entry of this process, removed by the destructor (with its user
-// directory and the registry when they are left empty). Not thread-safe.
+// directory and the registry when they are left empty, unless keep_dirs()).
+// Not thread-safe.
 class registration {
  public:
   // Registers `rec` in the registry of the lock at `base`. Best effort:
@@ -121,6 +125,9 @@ class registration {
   // waiters), through the directory this registration holds open: no walk
   // from the lock's parent. False as for send().
   bool send_beside(const std::string& to_stem, const std::string& line, bool confirm = false);
+  // Leaves the registry's directories in place when the entry goes (see
+  // tidy_registry()).
+  void keep_dirs() { keep_dirs_ = true; }
 
  private:
   registration() = default;
@@ -128,7 +135,15 @@ class registration {
   queue_entry me_;
   std::string top_name_, shown_;
   bool withdrawn_ = false;
+  bool keep_dirs_ = false;
 };
+
+// Removes this user's directory `user_dir` of the registry of the lock at
+// `base`, and the registry, each only if empty. A waiter that takes the lock
+// leaves them for its release to tidy: taking the lock is the way to the
+// caller, and in a lock taken turn by turn the next waiter joins before that
+// release, so the directories are made and removed once, not at every turn.
+void tidy_registry(const std::string& base, const std::string& user_dir);
 
 // Writes one line into the wake channel of entry `to`, if it is this
 // process's user's (never blocking; false when it cannot be written). With
@@ -192,8 +207,11 @@ class registry_reader {
   bool open_top();
   // Lists the registry and turns every entry name into a candidate, reading
   // (and probing) only the entries not read before.
-  std::vector<candidate> candidates();
-  void read_dir(const std::string& dir_name, std::uint32_t uid, std::vector<candidate>& out);
+  // With `before`, entries known to come after it are left out untouched
+  // (the front of a long queue builds a few candidates, not the queue).
+  std::vector<candidate> candidates(const queue_entry* before = nullptr);
+  void read_dir(const std::string& dir_name, std::uint32_t uid, const queue_entry* before,
+                std::vector<candidate>& out);
   // Probes a candidate read before: still the same file, still write-locked.
   // Re-read when its file changed. False when it is not a live entry.
   bool prove(candidate& c);
@@ -207,6 +225,9 @@ class registry_reader {
   // before use). A waiter that acquires again and again, and a releaser,
   // parse each entry once.
   static std::map<std::string, entry_info>& known();
+  // How many forks this process's line has made (a child counts its own).
+  static unsigned forks_seen();
+  unsigned fork_generation_ = forks_seen();
   std::string base_, top_name_, top_path_;
   sys::fd parent_, top_;
   sys::file_id top_id_, top_open_id_;

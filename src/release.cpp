@@ -33,14 +33,19 @@ error held_state::release() {
     // One meta.json is the lock and the lease (shared_dir.hpp): our files
     // and it go, under the movers' flock; the directory, gpulease's
     // container, stays, and a waiter claims inside it.
-    mover_lock movers(dir.get());
     const bool over = max_hold_over();
-    error e = release_lease();
+    error e;
+    {
+      mover_lock movers(dir.get());
+      e = release_lease();
+    }
     const bool lost = e == errc::lost;
     history::record(t.path, history::hold_end(token, lost ? "lost" : over ? "max-hold" : "released", yield_asked),
                     meta);
     sys::unguard_from_fork(meta_fd.get());
     meta_fd.reset();
+    // The registry's directories this holder waited in, as any release.
+    if (!queue_dir.empty()) tidy_registry(base, queue_dir);
     return lost ? error(errc::lost, t.path) : e;
   }
   // The lease first: the lock, still held, keeps every offload-lock waiter
@@ -73,9 +78,11 @@ error held_state::release() {
     history::record(t.path, history::hold_end(token, ended, yield_asked), meta);
     sys::unguard_from_fork(meta_fd.get());
     meta_fd.reset();
+    if (!queue_dir.empty()) tidy_registry(base, queue_dir);
     return lease_lost;
   }
   auto r = remove_exact(t, id, "cannot release lock " + t.path, "release");
+  if (!queue_dir.empty()) tidy_registry(base, queue_dir);
   if (!r) return r.error();
   const bool removed = *r == removal::removed;
   history::record(t.path, history::hold_end(token, removed ? ended : "lost", yield_asked), meta);

@@ -56,6 +56,7 @@ struct syscall_table {
   ssize_t (*readlinkat)(int dirfd, const char* name, char* buf, size_t n);
   // statx, for the one field fstat lacks: a directory's birth time.
   int (*statx)(int dirfd, const char* name, int flags, unsigned mask, struct statx* buf);
+  off_t (*lseek)(int fd, off_t off, int whence);
 };
 
 // The table in use.
