@@ -254,6 +254,9 @@ result<detailed> inspect_shared(const target& t, std::int64_t ttl, std::int64_t 
   d.v = judge_shared(*so, now, ttl, grace, pv, lpv);
   d.o = std::move(so->o);
   describe(t, d, now, ttl, pv, idle_mark);
+  // gpulease's container without a claim is no lock at all, as gpulease's
+  // readers see it: "free", not a stale lock of nobody to be reclaimed.
+  if (d.v.state == judgment::absent && d.o.snap.present && !d.o.snap.meta_exists) d.i.present = false;
   // A gpulease claim without v1 keys names its holder by its own keys.
   if (!d.i.pid && so->lease.claim.st == gl::file_read::state::present)
     if (auto r = gl::parse_record(so->lease.claim.bytes); r && r->epoch >= 1) {

@@ -97,6 +97,11 @@ TEST_CASE("lease shared: an offload-lock holder is held for gpulease, v1 runners
   CHECK(fs::exists(s.dir / "hb.1"));
   CHECK(fs::exists(s.dir / "unloaded.1"));
   CHECK_THAT(s.standin_view(), Catch::Contains("\"held\":false"));
+  // The empty container is no lock to offload-lock's views either: free,
+  // not a stale lock of nobody.
+  auto after = run_cli({"status"}, s.env);
+  INFO(after.out);
+  CHECK(after.out.rfind("free\n", 0) == 0);
   // The container, emptied, is free at once for the next of either kind.
   CHECK(run_cli({"run", "--wait", "0", "--", "true"}, s.env).code == 0);
   child g2(standin_exe(), {"hold", "-for", "1ms"}, s.env);
