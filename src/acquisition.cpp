@@ -7,7 +7,9 @@
 #include <set>
 
 #include "claim.hpp"
+#include "gpulease/location.hpp"
 #include "idle.hpp"
+#include "lease_join.hpp"
 #include "offload_lock/slots.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
@@ -378,8 +380,10 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
   if (!c && shared_ && c.error().code() == sys::errno_code(std::errc::resource_unavailable_try_again)) {
     // gpulease's counter lock stayed taken (a gpulease acquirer killed
     // inside it, cleared by gpulease's 30 s rule): waited for, as
-    // take_lease() waits for it, never an answer.
-    r.unknown = c.error();
+    // take_lease() waits for it, never an answer, and a wait that ends
+    // there ends busy or timed out, naming it as take_lease() does.
+    r.waited_on = std::string(lease_wait_context) + "epoch counter " + shared_->loc.gpu_dir + "/" +
+                  gpulease::counter_lock_name + " is locked";
     r.timeout = sooner(r.timeout, shared_counter_retry_ms);
     return std::shared_ptr<held_state>();
   }
@@ -478,8 +482,9 @@ result<std::shared_ptr<held_state>> acquisition::run() {
       continue;
     }
     if (!r.unknown) unknown_backoff_ = unknown_retry_ms;
-    if (trying && r.grace_left < 0) return finish(r.unknown ? *r.unknown : error(errc::busy, p_.base));
-    if (!trying && p_.until.expired()) return finish(r.unknown ? *r.unknown : error(errc::timed_out, p_.base));
+    const std::string& waited_on = r.waited_on.empty() ? p_.base : r.waited_on;
+    if (trying && r.grace_left < 0) return finish(r.unknown ? *r.unknown : error(errc::busy, waited_on));
+    if (!trying && p_.until.expired()) return finish(r.unknown ? *r.unknown : error(errc::timed_out, waited_on));
     // Starting to wait: into the queue, and look again from there.
     if (!trying && queueing && !place_.joined()) {
       queue_news_ = true;

@@ -85,6 +85,7 @@ class acquisition {
     std::int64_t timeout = -1;         // the soonest a re-look is due (-1: none)
     std::int64_t grace_left = -1;      // a free slot is someone else's for this long
     std::optional<error> unknown;      // a look that failed, as it would be reported
+    std::string waited_on;             // what the wait is for, when not a lock's holder
     std::vector<info> holders;
   };
 

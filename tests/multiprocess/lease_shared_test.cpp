@@ -206,3 +206,28 @@ TEST_CASE("lease shared: offload-lock and gpulease holders contending on one dir
   CHECK_FALSE(fs::exists(s.claim));
   CHECK(fs::is_directory(s.dir));
 }
+
+TEST_CASE("lease shared: gpulease's counter lock left by a killed acquirer is waited for, an ending wait is busy "
+          "naming it, and the lock is taken once it clears",
+          "[multiprocess][lease]") {
+  shared_site s;
+  // What a gpulease acquirer killed inside the counter's lock leaves: an
+  // empty epoch.lock, which gpulease clears only once it is 30 s old.
+  const fs::path stuck = s.d.path / "epoch.lock";
+  write_file(stuck, "");
+  // A past lease's heartbeat: the container is gpulease's, free to claim at
+  // once (not a v1 runner's new directory within its grace).
+  write_file(s.dir / "hb.1", "1");
+  auto busy = run_cli({"run", "--wait", "0", "--", "true"}, s.env);
+  INFO(busy.out << busy.err);
+  CHECK(busy.code == 1);
+  CHECK_THAT(busy.err, Catch::Contains("epoch.lock is locked"));
+  CHECK_FALSE(fs::exists(s.claim));
+  // A waiter waits for it (never an error), and claims once it is gone.
+  child ours(cli_exe(), {"run", "--", "sh", "-c", "echo inside"}, s.env);
+  std::this_thread::sleep_for(3s);
+  CHECK_FALSE(ours.exited());
+  fs::remove(stuck);
+  CHECK(ours.read_line(30s) == std::optional<std::string>("inside"));
+  CHECK(ours.wait(30s) == std::optional<int>(0));
+}
