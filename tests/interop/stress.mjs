@@ -524,7 +524,10 @@ class Supervisor {
       try { process.kill(l.pid, 'SIGKILL'); } catch { /* gone */ }
     }
     try {
-      const r = await runQuiet(BIN, ['--lock', this.lock, 'status']);
+      // In the participants' environment: with GPU_LOCK shared with
+      // gpulease, an empty container is judged by the rules of both (free),
+      // not as a v1 runner's new directory (held for its grace).
+      const r = await runQuiet(BIN, ['--lock', this.lock, 'status'], this.env);
       if (r === 0) this.error(`the lock ${this.lock} is still held after every participant stopped`);
     } catch (e) {
       this.error(`status: ${e.message}`);
@@ -732,9 +735,9 @@ function groupMembers(pgid) {
   return out;
 }
 
-function runQuiet(exe, args) {
+function runQuiet(exe, args, env = process.env) {
   return new Promise((resolve, reject) => {
-    const c = spawn(exe, args, { stdio: 'ignore' });
+    const c = spawn(exe, args, { stdio: 'ignore', env });
     c.on('error', reject);
     c.on('close', (code) => resolve(code));
   });
