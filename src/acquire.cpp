@@ -50,7 +50,7 @@ result<lock> acquire_one(const plan& p) {
     // Started under a gpulease holder's lease: held through it. Waiting for
     // the lock here could wait for an offload-lock holder that waits for
     // that very lease (lease_join.hpp).
-    auto in = lease_passed_down(*lease);
+    auto in = lease_passed_down(lease->loc);
     if (in.k == gpulease::inheritance::kind::refused) {
       gate->leave();
       return error(errc::lost, std::string(lease_wait_context) + "lease passed down cannot be held through: " + in.why);
@@ -63,14 +63,15 @@ result<lock> acquire_one(const plan& p) {
     }
   }
   acquisition a(p);
-  if (lease) a.lease_follows();
+  if (lease && lease->shared) a.share_with(shared_lease{lease->loc, lease_options(p)});
+  else if (lease) a.lease_follows();
   auto held = a.run();
   if (!held) {
     gate->leave();
     return held.error();
   }
-  if (lease)
-    if (error lease_failed = take_lease(p, *lease, **held)) {
+  if (lease && !lease->shared)
+    if (error lease_failed = take_lease(p, lease->loc, **held)) {
       (void)(*held)->release();
       gate->leave();
       return lease_failed;

@@ -7,7 +7,9 @@
 #include <set>
 
 #include "claim.hpp"
+#include "gpulease/location.hpp"
 #include "idle.hpp"
+#include "lease_join.hpp"
 #include "offload_lock/slots.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
@@ -74,6 +76,10 @@ void clean_leftovers_again(const target& t) {
 constexpr std::int64_t kRestampMs = 1'000;
 
 std::int64_t refresh_period(std::int64_t ttl) { return std::clamp<std::int64_t>(ttl / 4, 100, 60'000); }
+
+// How soon a claim in a directory shared with gpulease is tried again while
+// gpulease's counter lock stays taken.
+constexpr std::int64_t shared_counter_retry_ms = 200;
 
 }  // namespace
 
@@ -142,6 +148,11 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
     held->meta_fd = std::move(c->meta);
     held->id = c->id;
     sys::guard_from_fork(held->meta_fd.get());
+    // In a directory shared with gpulease the same meta.json is the lease.
+    if (c->lease) {
+      held->lease = std::move(c->lease);
+      held->shared = true;
+    }
   }
   held->owner_pid = sys::self_pid();
   held->token = token_;
@@ -175,7 +186,9 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
 }
 
 void acquisition::stage(slot& s) {
-  if (s.staged || !place_.me()) return;
+  // A directory shared with gpulease is never swapped for another: it is
+  // gpulease's container, holding its files.
+  if (s.staged || !place_.me() || shared_) return;
   meta_record rec = record_for(s);
   s.staged = staged_lock::make(s.t, place_.me()->stem(), serialize(rec));
   if (!s.staged) return;
@@ -209,11 +222,16 @@ result<std::shared_ptr<held_state>> acquisition::withdraw_all() {
   return std::shared_ptr<held_state>();
 }
 
+result<detailed> acquisition::look(slot& s) {
+  if (shared_) return inspect_shared(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, shared_->pv, &s.seen, false);
+  return inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen, false);
+}
+
 result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool active) {
   // Handed over: the releasing holder swapped the staged lock in. One stat
   // says so, before any look (the way to holding after a handoff).
   if (s.staged && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
-  auto d = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen, false);
+  auto d = look(s);
   if (!d) {
     // Not even a stat of the lock path: unknown, looked at again.
     r.unknown = d.error();
@@ -305,7 +323,8 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
       return std::shared_ptr<held_state>();
     }
     d->o.dir = std::move(*again);
-    auto rem = reclaim(s.t, d->o, d->v, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, !waited_out);
+    auto rem = shared_ ? take_over_shared(s.t, d->o, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, shared_->pv, !waited_out)
+                       : reclaim(s.t, d->o, d->v, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, !waited_out);
     if (!rem) return rem.error();
     if (*rem != removal::contended) {
       s.contended_since = -1;
@@ -356,13 +375,23 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
   meta_record claimed = record_for(s);
   claimed.passed_over = place_.passed_still_queued();
   const std::string bytes = serialize(claimed);
-  auto c = try_claim(s.t, bytes);
-  if (c && c->taken) return take(s, false, &*c, &bytes);
+  auto c = shared_ ? claim_shared(s.t, snap, bytes, *shared_) : try_claim(s.t, bytes);
+  if (c && c->taken) return take(s, false, &*c, shared_ ? &c->written : &bytes);
+  if (!c && shared_ && c.error().code() == sys::errno_code(std::errc::resource_unavailable_try_again)) {
+    // gpulease's counter lock stayed taken (a gpulease acquirer killed
+    // inside it, cleared by gpulease's 30 s rule): waited for, as
+    // take_lease() waits for it, never an answer, and a wait that ends
+    // there ends busy or timed out, naming it as take_lease() does.
+    r.waited_on = std::string(lease_wait_context) + "epoch counter " + shared_->loc.gpu_dir + "/" +
+                  gpulease::counter_lock_name + " is locked";
+    r.timeout = sooner(r.timeout, shared_counter_retry_ms);
+    return std::shared_ptr<held_state>();
+  }
   if (!c) {
     // The claim failed (out of space or descriptors, say). While someone
     // else took the lock meanwhile, that is no reason to stop waiting;
     // on a free lock it is the answer, naming the file.
-    auto again = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen, false);
+    auto again = look(s);
     if (!again || !again->o.snap.present || again->v.free()) return c.error();
     r.unknown = c.error();
   }
@@ -453,8 +482,9 @@ result<std::shared_ptr<held_state>> acquisition::run() {
       continue;
     }
     if (!r.unknown) unknown_backoff_ = unknown_retry_ms;
-    if (trying && r.grace_left < 0) return finish(r.unknown ? *r.unknown : error(errc::busy, p_.base));
-    if (!trying && p_.until.expired()) return finish(r.unknown ? *r.unknown : error(errc::timed_out, p_.base));
+    const std::string& waited_on = r.waited_on.empty() ? p_.base : r.waited_on;
+    if (trying && r.grace_left < 0) return finish(r.unknown ? *r.unknown : error(errc::busy, waited_on));
+    if (!trying && p_.until.expired()) return finish(r.unknown ? *r.unknown : error(errc::timed_out, waited_on));
     // Starting to wait: into the queue, and look again from there.
     if (!trying && queueing && !place_.joined()) {
       queue_news_ = true;

@@ -24,6 +24,7 @@
 #include "os/watch.hpp"
 #include "plan.hpp"
 #include "queue.hpp"
+#include "shared_dir.hpp"
 #include "wait.hpp"
 
 namespace offload_lock::detail {
@@ -56,6 +57,11 @@ class acquisition {
   // before it holds both.
   void lease_follows() { lease_follows_ = true; }
 
+  // The lock directory is gpulease's lease directory too (shared_dir.hpp):
+  // it is judged, claimed and taken over by the rules of both, its one
+  // meta.json holds the lease as well, and no waiter stages for a handoff.
+  void share_with(shared_lease lease) { shared_ = std::move(lease); }
+
  private:
   struct slot {
     int k = 0;
@@ -79,6 +85,7 @@ class acquisition {
     std::int64_t timeout = -1;         // the soonest a re-look is due (-1: none)
     std::int64_t grace_left = -1;      // a free slot is someone else's for this long
     std::optional<error> unknown;      // a look that failed, as it would be reported
+    std::string waited_on;             // what the wait is for, when not a lock's holder
     std::vector<info> holders;
   };
 
@@ -88,6 +95,7 @@ class acquisition {
   result<std::shared_ptr<held_state>> take(slot& s, bool claimed_by_staged, claim* c,
                                            const std::string* written = nullptr);
   void arm(slot& s, const detailed& d, round& r, bool active);
+  result<detailed> look(slot& s);
   void stage(slot& s);
   void unstage(slot& s);
   result<std::shared_ptr<held_state>> withdraw_all();
@@ -118,6 +126,7 @@ class acquisition {
   std::int64_t unknown_backoff_ = unknown_retry_ms;
   wait_report report_;
   bool lease_follows_ = false;
+  std::optional<shared_lease> shared_;
 };
 
 }  // namespace offload_lock::detail

@@ -3,8 +3,10 @@
 #ifndef OFFLOAD_LOCK_SRC_CLAIM_HPP
 #define OFFLOAD_LOCK_SRC_CLAIM_HPP
 
+#include <memory>
 #include <string>
 
+#include "gpulease/hold.hpp"
 #include "lock_dir.hpp"
 
 namespace offload_lock::detail {
@@ -14,6 +16,10 @@ struct claim {
   sys::fd dir;         // the taken directory
   sys::fd meta;        // its meta.json, open for writing, holding the OFD write lock
   sys::file_id id;
+  // A claim in a directory shared with gpulease (shared_dir.hpp): the lease
+  // that same meta.json holds, and the bytes written into it.
+  std::unique_ptr<gpulease::lease_hold> lease;
+  std::string written;
 };
 
 // The mode meta.json is made with (before the umask): writable by its owner

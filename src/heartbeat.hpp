@@ -78,6 +78,9 @@ struct held_state {
   // once the lock is held, while the heartbeat may already run.
   std::mutex lease_mu;
   std::unique_ptr<gpulease::lease_hold> lease;
+  // The lock directory is the lease directory too (shared_dir.hpp): the
+  // lease's claim is the lock's meta.json, released as one.
+  bool shared = false;
   // The lease's epoch and the GPU_LEASE_* of a process started under it
   // (0 and none without a lease).
   std::uint64_t lease_epoch();

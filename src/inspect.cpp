@@ -5,12 +5,14 @@
 #include <algorithm>
 
 #include "idle.hpp"
+#include "lease_join.hpp"
 #include "offload_lock/slots.hpp"
 #include "os/clock.hpp"
 #include "os/files.hpp"
 #include "os/process.hpp"
 #include "queue.hpp"
 #include "registry.hpp"
+#include "shared_dir.hpp"
 #include "wait.hpp"
 
 namespace offload_lock {
@@ -76,32 +78,27 @@ error not_a_lock_error(const std::string& path, const verdict& v) {
                    "; GPU_LOCK (or --lock) names the lock directory itself, e.g. " + path + "/gpu.lock");
 }
 
-result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace, const process_view& pv,
-                                watch_clock* seen, bool idle_mark) {
-  auto o = observe(t);
-  if (!o) return o.error();
-  detailed d;
-  d.o = std::move(*o);
-  if (seen) seen->update(d.o.snap);
-  const std::int64_t now = sys::now_ms();
+void describe(const target& t, detailed& d, std::int64_t now, std::int64_t ttl, const process_view& pv,
+              bool idle_mark) {
   d.i.path = t.path;
   fill_info(d.o.snap, now, d.i);
   const snapshot& s = d.o.snap;
-  if (!s.present) return d;
+  if (!s.present) return;
   if (!s.is_dir) {
     d.v.state = judgment::not_a_lock;
     d.v.reason = s.is_symlink ? "a symbolic link, not a directory (never followed)" : "not a directory";
     set_stale(d.i, d.v.reason);
     d.i.node_stale = true;
-    return d;
+    return;
   }
-  d.v = judge(s, now, ttl, grace, pv);
   if (d.v.not_a_lock()) {
     d.i.problem = not_a_lock_error(t.path, d.v).message();
-    return d;
+    return;
   }
   // Unknown counts as held: nobody may take it for free on a failed read.
-  d.i.held = !d.v.stale();
+  // (A present directory is free only where it is shared with gpulease: a
+  // container without a claim.)
+  d.i.held = !d.v.free();
   if (idle_mark && d.i.held && d.o.dir.valid())
     if (auto mark = sys::attr_at(d.o.dir.get(), meta_file_name, idle_attr, idle_mark_cap)) {
       d.i.idle_since = parse_idle_mark(*mark);
@@ -113,6 +110,18 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
   d.i.node_stale = d.i.v1_stale_reason.has_value();
   d.i.other_pid_namespace = s.meta_exists && s.meta.pid_ns && pv.pid_ns && *s.meta.pid_ns != *pv.pid_ns;
   d.i.go_held = go_inspect(s, now, ttl, pv).held;
+}
+
+result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace, const process_view& pv,
+                                watch_clock* seen, bool idle_mark) {
+  auto o = observe(t);
+  if (!o) return o.error();
+  detailed d;
+  d.o = std::move(*o);
+  if (seen) seen->update(d.o.snap);
+  const std::int64_t now = sys::now_ms();
+  if (d.o.snap.present && d.o.snap.is_dir) d.v = judge(d.o.snap, now, ttl, grace, pv);
+  describe(t, d, now, ttl, pv, idle_mark);
   return d;
 }
 
@@ -130,7 +139,11 @@ info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {
     i.problem = t.error().code() == std::errc::no_such_file_or_directory ? missing_parent(path) : t.error().message();
     return i;
   }
-  auto d = inspect_target(*t, ttl.count(), grace.count(), process_view::real());
+  // Where the lock directory is gpulease's lease directory too, by the
+  // rules of both (shared_dir.hpp).
+  auto d = lease_sharing(path) ? inspect_shared(*t, ttl.count(), grace.count(), process_view::real(),
+                                                gpulease::lease_process_view::real())
+                               : inspect_target(*t, ttl.count(), grace.count(), process_view::real());
   if (!d) {
     i.problem = d.error().message();
     return i;
@@ -153,10 +166,13 @@ info wait_free(const std::string& path, milliseconds wait, milliseconds poll, mi
   const process_view pv = process_view::real();
   lock_watch lw;
   watch_clock seen;
+  const bool shared = lease_sharing(path).has_value();
+  const auto lpv = gpulease::lease_process_view::real();
   for (;;) {
     auto t = open_target(path);
     if (!t) return inspect(path, ttl);
-    auto d = inspect_target(*t, ttl.count(), default_grace.count(), pv, &seen);
+    auto d = shared ? inspect_shared(*t, ttl.count(), default_grace.count(), pv, lpv, &seen)
+                    : inspect_target(*t, ttl.count(), default_grace.count(), pv, &seen);
     if (!d || !d->i.held) return d ? d->i : inspect(path, ttl);
     if (until.expired() || until.trying()) return d->i;
     d->o.dir.reset();

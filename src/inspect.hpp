@@ -25,6 +25,12 @@ std::string missing_parent(const std::string& path);
 // not_made_by_mkdir): nothing is ever removed from it.
 error not_a_lock_error(const std::string& path, const verdict& v);
 
+// Completes a look once `d.o` is observed and `d.v` judges it (not yet for
+// what is not a directory): the holder as `status` shows it in `d.i`, what
+// v1 runners and Go readers make of it, and with `idle_mark` its idle mark.
+void describe(const target& t, detailed& d, std::int64_t now, std::int64_t ttl, const process_view& pv,
+              bool idle_mark);
+
 // Observes and judges the lock. `seen`: the caller's watch clock across
 // looks (see watch_clock), updated here. `idle_mark`: read the holder's
 // idle mark too (a view shows it; a waiter's look has no use for it). Only a

@@ -4,7 +4,10 @@
 #include <algorithm>
 
 #include "gpulease/hold.hpp"
+#include "gpulease/look.hpp"
+#include "offload_lock/path.hpp"
 #include "os/clock.hpp"
+#include "os/cwd.hpp"
 #include "os/files.hpp"
 #include "os/process.hpp"
 #include "os/watch.hpp"
@@ -43,19 +46,25 @@ bool same_inputs(const gl::lease_inputs& a, const gl::lease_inputs& b) {
          a.state_dir == b.state_dir && a.cwd == b.cwd;
 }
 
-// The lease this process's acquisitions take: a root that exists, not
-// placed by GPU_LOCK or a directory of its own. Every acquisition asks, so
-// where no root exists this is all the lease costs: placing it again only
-// when the environment or the working directory changed (a thread's own
-// copy: nothing shared, nothing a fork could copy locked), then one open.
-std::optional<gl::lease_location> lease_here() {
+// Where this process's environment places the lease (GPU_LOCK, a root or
+// the default). Every acquisition asks, so it is placed again only when the
+// environment or the working directory changed (a thread's own copy:
+// nothing shared, nothing a fork could copy locked).
+const gl::lease_location& placed_lease() {
   thread_local std::optional<std::pair<gl::lease_inputs, gl::lease_location>> placed;
   gl::lease_inputs in = gl::lease_inputs_from_environment();
   if (!placed || !same_inputs(placed->first, in)) {
     gl::lease_location where = gl::resolve_lease(in);
     placed.emplace(std::move(in), std::move(where));
   }
-  const gl::lease_location& loc = placed->second;
+  return placed->second;
+}
+
+// The lease this process's acquisitions take beside their lock: a root
+// that exists, not placed by GPU_LOCK or a directory of its own. Where no
+// root exists this is all the lease costs: placed_lease(), then one open.
+std::optional<gl::lease_location> lease_here() {
+  const gl::lease_location& loc = placed_lease();
   if (loc.source == gl::lease_source::gpu_lock || loc.source == gl::lease_source::explicit_dir) return std::nullopt;
   if (!loc.refused.empty() || loc.root.empty()) return std::nullopt;
   if (!sys::open_dir(sys::cwd, loc.root, /*nofollow=*/false, loc.root)) return std::nullopt;
@@ -64,10 +73,33 @@ std::optional<gl::lease_location> lease_here() {
 
 }  // namespace
 
-std::optional<gl::lease_location> lease_to_take(const plan& p) {
+std::optional<gl::lease_location> lease_sharing(const std::string& lock_path) {
+  if (!sys::get_env(gl::env_gpu_lock)) return std::nullopt;
+  const gl::lease_location& loc = placed_lease();
+  if (loc.source != gl::lease_source::gpu_lock || !loc.refused.empty()) return std::nullopt;
+  std::string abs = lock_path;
+  if (abs.empty() || abs.front() != '/') abs = sys::current_directory().value_or("") + "/" + abs;
+  if (clean_path(abs) != loc.dir || !gl::lease_root_exists(loc)) return std::nullopt;
+  return loc;
+}
+
+std::optional<lease_join> lease_to_take(const plan& p) {
   // Slot 0 is the plain lock's directory: the one the lease goes with.
   if (!p.one_slot || p.slots.front() != 0) return std::nullopt;
-  return lease_here();
+  if (auto shared = lease_sharing(p.base)) return lease_join{std::move(*shared), true};
+  if (auto apart = lease_here()) return lease_join{std::move(*apart), false};
+  return std::nullopt;
+}
+
+gl::take_options lease_options(const plan& p) {
+  gl::take_options o;
+  o.cls = gl::parse_lease_class(p.lease_class).value_or(gl::lease_class::media);
+  o.reason = p.record.label;
+  o.origin = lease_origin;
+  // `acquire` records a holder that outlives this process: the lease names
+  // it too, so that both protocols judge the same process.
+  if (p.record.pid != sys::self_pid()) o.holder_pid = p.record.pid;
+  return o;
 }
 
 void give_back_lease_of(std::int64_t pid) {
@@ -87,13 +119,7 @@ gl::inheritance lease_passed_down(const gl::lease_location& loc) {
 }
 
 error take_lease(const plan& p, const gl::lease_location& loc, held_state& s) {
-  gl::take_options o;
-  o.cls = gl::parse_lease_class(p.lease_class).value_or(gl::lease_class::media);
-  o.reason = p.record.label;
-  o.origin = lease_origin;
-  // `acquire` records a holder that outlives this process: the lease names
-  // it too, so that both protocols judge the same process.
-  if (p.record.pid != sys::self_pid()) o.holder_pid = p.record.pid;
+  const gl::take_options o = lease_options(p);
   sys::watcher w;
   for (;;) {
     auto r = gl::lease_hold::try_take(loc, o);

@@ -25,13 +25,37 @@
 
 namespace offload_lock::detail {
 
+// The lease an acquisition also takes.
+struct lease_join {
+  gpulease::lease_location loc;
+  // The lease directory is the lock directory itself (GPU_LOCK placed
+  // both): one meta.json is the lock's record and the lease's claim, taken
+  // and released in one step by the acquisition (shared_dir.hpp), not
+  // after it by take_lease().
+  bool shared = false;
+};
+
 // The lease this acquisition also takes, or nullopt for none: a plain lock
 // or slot 0 named (its directory is the plain lock's; the other slots are a
-// site's own arrangement, which gpulease's one lease cannot describe), a lease placed by a state root
+// site's own arrangement, which gpulease's one lease cannot describe); a lease placed by a state root
 // (OFFLOAD_LOCK_LEASE_ROOT, LOCAL_OFFLOAD_STATE_DIR or the default) that
-// exists and that gpulease accepts. A GPU_LOCK shared by both protocols
-// is not joined (doc/protocol-gpulease.md, "GPU_LOCK shared by both").
-std::optional<gpulease::lease_location> lease_to_take(const plan& p);
+// exists and that gpulease accepts, or a GPU_LOCK that names this very
+// lock directory where gpulease's counter is beside it (lease_sharing). A
+// GPU_LOCK naming another directory than the lock's is not joined.
+std::optional<lease_join> lease_to_take(const plan& p);
+
+// Where `lock_path` is also gpulease's lease directory: GPU_LOCK names it
+// (cleaned and made absolute as gpulease makes it), gpulease accepts the
+// path, and its counter is beside it (<parent>/epoch: gpulease has acquired
+// there; a site that runs no gpulease sets GPU_LOCK too). Then that lease's
+// place; nullopt otherwise. An open and a stat where GPU_LOCK is set,
+// nothing else where it is not.
+std::optional<gpulease::lease_location> lease_sharing(const std::string& lock_path);
+
+// What the claims of the acquisition planned by `p` record: its class, its
+// label as the reason, the origin "offload-lock", and the holder the lock
+// records (acquire --pid's, which outlives the command).
+gpulease::take_options lease_options(const plan& p);
 
 // How the errors of take_lease() that name the lease's holder begin (the
 // command tells them from a busy lock by it).

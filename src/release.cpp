@@ -13,6 +13,7 @@
 #include "os/test_hooks.hpp"
 #include "os/files.hpp"
 #include "reclaim.hpp"
+#include "shared_dir.hpp"
 #include "registry.hpp"
 
 namespace offload_lock {
@@ -28,6 +29,25 @@ error held_state::release() {
   stop_heartbeat();
   if (released) return {};
   released = true;
+  if (shared) {
+    // One meta.json is the lock and the lease (shared_dir.hpp): our files
+    // and it go, under the movers' flock; the directory, gpulease's
+    // container, stays, and a waiter claims inside it.
+    const bool over = max_hold_over();
+    error e;
+    {
+      mover_lock movers(dir.get());
+      e = release_lease();
+    }
+    const bool lost = e == errc::lost;
+    history::record(t.path, history::hold_end(token, lost ? "lost" : over ? "max-hold" : "released", yield_asked),
+                    meta);
+    sys::unguard_from_fork(meta_fd.get());
+    meta_fd.reset();
+    // The registry's directories this holder waited in, as any release.
+    if (!queue_dir.empty()) tidy_registry(base, queue_dir);
+    return lost ? error(errc::lost, t.path) : e;
+  }
   // The lease first: the lock, still held, keeps every offload-lock waiter
   // and v1 runner out until it is handed on or removed; a gpulease waiter
   // may take the lease now, and the next offload-lock holder then waits for
@@ -83,6 +103,45 @@ void lease_left(const snapshot& s, const info& released) {
   if (slot0 && released.pid) give_back_lease_of(*released.pid);
 }
 
+// release_by() where the lock directory is gpulease's lease directory too
+// (shared_dir.hpp): the matched holder's meta.json and markers go, the
+// directory stays; a holder is matched by its token, its v1 record's pid,
+// or by force.
+result<release_outcome> release_shared_by(const target& t, const release_request& req, milliseconds ttl) {
+  const process_view pv = process_view::real();
+  const auto lpv = gpulease::lease_process_view::real();
+  for (int attempt = 0;; ++attempt) {
+    auto d = inspect_shared(t, ttl.count(), default_grace.count(), pv, lpv, nullptr, false);
+    if (!d) return d.error();
+    release_outcome out;
+    out.before = d->i;
+    const snapshot& s = d->o.snap;
+    if (!s.present) return out;
+    if (!s.is_dir) return not_a_lock_directory(t.path, s);
+    if (d->v.not_a_lock()) return not_a_lock_error(t.path, d->v);
+    if (!s.meta_exists) return out;
+    // The pid of a v1 record (a v1 runner's or offload-lock's): a gpulease
+    // claim names its holder too, but is gpulease's to release (--force
+    // alone removes it).
+    const bool matches = req.force || (!req.token.empty() && req.token == d->i.token) ||
+                         (req.pid > 0 && s.meta.js_pid && *s.meta.js_pid == static_cast<double>(req.pid));
+    if (!matches) {
+      out.status = d->i.held ? release_status::not_owner : release_status::already_free;
+      return out;
+    }
+    sys::crash_point("release.inspected");
+    auto r = give_back_shared(t, d->o);
+    if (!r) return r.error();
+    if (*r == removal::removed) {
+      out.status = release_status::released;
+      history::record(t.path, history::released_by(d->i, req.force ? "force" : !req.token.empty() ? "token" : "pid"));
+      return out;
+    }
+    // Changed hands while we looked: judge the new holder.
+    if (attempt >= 100) return error(errc::busy, t.path);
+  }
+}
+
 }  // namespace
 
 result<release_outcome> release_by(const std::string& path, const release_request& req, milliseconds ttl) {
@@ -92,6 +151,7 @@ result<release_outcome> release_by(const std::string& path, const release_reques
       return error(sys::errno_code(std::errc::no_such_file_or_directory), missing_parent(path));
     return t.error();
   }
+  if (lease_sharing(path)) return release_shared_by(*t, req, ttl);
   for (int attempt = 0;; ++attempt) {
     auto d = inspect_target(*t, ttl.count(), default_grace.count(), process_view::real(), nullptr, false);
     if (!d) return d.error();

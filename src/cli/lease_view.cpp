@@ -120,9 +120,10 @@ std::vector<lease_check> lease_checks(const std::string& lock_path) {
                              "participants of this user refuse to start"});
   }
   if (clean_path(lock_path) == p.dir)
-    out.push_back({"gpulease_shared", false,
-                   "GPU_LOCK is the lock directory and gpulease's lease directory at once: each side misreads the "
-                   "other's record there (doc/protocol-gpulease.md, \"GPU_LOCK shared by both\")"});
+    out.push_back({"gpulease_shared", true,
+                   "GPU_LOCK is the lock directory and gpulease's lease directory at once: offload-lock's one "
+                   "meta.json there is both the lock and the lease (doc/protocol-gpulease.md, \"GPU_LOCK shared by "
+                   "both\")"});
   return out;
 }
 

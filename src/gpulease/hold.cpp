@@ -306,6 +306,14 @@ std::optional<lease_hold> lease_hold::left_by(const std::string& dir, std::int64
   return lease_hold(dir, std::move(*r), c, f.id, sys::self_pid());
 }
 
+lease_hold lease_hold::claimed(std::string dir, record rec, lease_class cls, const sys::file_id& claim_id) {
+  return lease_hold(std::move(dir), std::move(rec), cls, claim_id, sys::self_pid());
+}
+
+record lease_record_for(std::uint64_t epoch, const take_options& o) { return new_record(epoch, o); }
+
+void clean_private_leftovers(int dir, const std::string& shown) { clean_leftovers(dir, shown); }
+
 void lease_hold::adopt() { owner_pid_ = sys::self_pid(); }
 
 std::vector<std::pair<std::string, std::string>> lease_hold::child_environment() const {

@@ -99,6 +99,12 @@ class lease_hold {
   // is gone). nullopt otherwise, or when it cannot be read.
   static std::optional<lease_hold> left_by(const std::string& dir, std::int64_t holder_pid, std::string_view origin);
 
+  // A lease claimed by the caller itself: `claim_id` is the claim file it
+  // placed at `dir`/meta.json holding `rec` (a lock directory shared with
+  // gpulease, where one meta.json is the lock's record and the claim:
+  // shared_dir.hpp). Renewed and released by this process.
+  static lease_hold claimed(std::string dir, record rec, lease_class cls, const sys::file_id& claim_id);
+
   lease_hold(lease_hold&& o) noexcept;
   lease_hold& operator=(lease_hold&& o) noexcept;
   lease_hold(const lease_hold&) = delete;
@@ -162,6 +168,17 @@ struct lease_hold::take_result {
   error err;                       // error
   bool took_over = false;          // a dead claim was removed on the way
 };
+
+// The record a claim taken now with epoch `epoch` says (try_take's):
+// the holder (o.holder_pid or this process) with its start, the class, the
+// reason, origin and job, acquired and renewed now, the window from now.
+record lease_record_for(std::uint64_t epoch, const take_options& o);
+
+// Removes our private names in the open lease directory `dir` (shown as
+// `shown`) left by offload-lock processes killed while they made them:
+// .meta.json.claim-*, .meta.json.reclaim-*, hb.<epoch>.<pid>-<hex>.tmp whose
+// pid is dead. Best effort.
+void clean_private_leftovers(int dir, const std::string& shown);
 
 // Takes over the claim of `dir` judged dead as `judged` (its file identity):
 // re-reads and re-judges it while holding flock(2) on the directory (which

@@ -59,6 +59,11 @@ void split_path(const std::string& path, std::string& parent, std::string& name)
 result<fd> open_dir(int dirfd, const std::string& name, bool nofollow, const std::string& shown);
 result<stat_info> stat_at(int dirfd, const std::string& name, const std::string& shown);  // no follow
 result<stat_info> stat_fd(int f, const std::string& shown);
+// When the open file or directory `f` was made (epoch ms), where the file
+// system keeps it (statx's STATX_BTIME); nullopt where it does not or the
+// question fails. Renaming, writing or emptying a directory leaves it as
+// it was, unlike its mtime.
+std::optional<std::int64_t> birth_ms(int f);
 
 // What F_OFD_GETLK says of a file: another open file description holds a
 // write lock on it, nobody does, or the question failed (an injected fault,

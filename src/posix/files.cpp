@@ -80,6 +80,14 @@ result<stat_info> stat_fd(int f, const std::string& shown) {
   return from_stat(s);
 }
 
+std::optional<std::int64_t> birth_ms(int f) {
+  struct statx sx {};
+  if (retry([&] { return calls.statx(f, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx); }) != 0)
+    return std::nullopt;
+  if (!(sx.stx_mask & STATX_BTIME)) return std::nullopt;
+  return static_cast<std::int64_t>(sx.stx_btime.tv_sec) * 1000 + sx.stx_btime.tv_nsec / 1'000'000;
+}
+
 result<fd> open_read(int dirfd, const std::string& name, const std::string& shown) {
   // O_NONBLOCK: a FIFO planted as meta.json must not hang the reader.
   int raw = retry([&] {

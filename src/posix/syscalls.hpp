@@ -19,6 +19,7 @@
 #include <cstdint>
 
 struct flock;
+struct statx;
 
 namespace offload_lock::detail::sys {
 
@@ -53,6 +54,8 @@ struct syscall_table {
   ssize_t (*getrandom)(void* buf, size_t n, unsigned flags);
   int (*clock_gettime)(clockid_t clock, struct timespec* t);
   ssize_t (*readlinkat)(int dirfd, const char* name, char* buf, size_t n);
+  // statx, for the one field fstat lacks: a directory's birth time.
+  int (*statx)(int dirfd, const char* name, int flags, unsigned mask, struct statx* buf);
   off_t (*lseek)(int fd, off_t off, int whence);
 };
 

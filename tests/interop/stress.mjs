@@ -36,8 +36,17 @@
 //                 may happen that has no v1 runner in it (doc/protocol-gpulease.md,
 //                 "Every acquisition holds both"). Needs $GPULEASE_STANDIN
 //                 (default <repo>/build/gpulease-standin).
+// shared:        the lease mode's participants on ONE directory: GPU_LOCK
+//                 names the lock, and gpulease takes it as its lease
+//                 directory (its counter beside it). Each offload-lock claim
+//                 there is the lock and the lease at once
+//                 (doc/protocol-gpulease.md, "GPU_LOCK shared by both"), so
+//                 again no overlap may happen that has no v1 runner in it.
+//                 A v1 runner's rm -rf of the directory fails a gpulease
+//                 acquirer between its MkdirAll and its create (ENOENT):
+//                 counted, not failed on, while a v1 runner takes part.
 //
-// usage: node stress.mjs [--mode offload|mixed|lease|both] [--long] [--duration S]
+// usage: node stress.mjs [--mode offload|mixed|lease|shared|both] [--long] [--duration S]
 //          [--participants lib:2,run:2,...] [--kill-every MIN-MAX | --no-kills]
 //          [--min-acquisitions N] [--break KIND --expect-overlaps] [--seed N]
 //          [--v1-write-delay-ms N] [--keep] [--json FILE] [--verbose]
@@ -70,7 +79,7 @@ const ALL_KINDS = [...OFFLOAD_KINDS, 'ref', 'lease'];
 // ------------------------------------------------------------ options
 
 function usage(msg) {
-  process.stderr.write(`stress.mjs: ${msg}\nusage: node stress.mjs [--mode offload|mixed|lease|both] [--long] [--duration S] [--participants lib:2,run:2,...] [--kill-every MIN-MAX | --no-kills] [--min-acquisitions N] [--break KIND --expect-overlaps] [--seed N] [--v1-write-delay-ms N] [--keep] [--json FILE] [--verbose]\n`);
+  process.stderr.write(`stress.mjs: ${msg}\nusage: node stress.mjs [--mode offload|mixed|lease|shared|both] [--long] [--duration S] [--participants lib:2,run:2,...] [--kill-every MIN-MAX | --no-kills] [--min-acquisitions N] [--break KIND --expect-overlaps] [--seed N] [--v1-write-delay-ms N] [--keep] [--json FILE] [--verbose]\n`);
   process.exit(2);
 }
 
@@ -105,7 +114,7 @@ function parseOptions(argv) {
       default: usage(`unknown option ${a}`);
     }
   }
-  if (!['offload', 'mixed', 'lease', 'both'].includes(o.mode)) usage(`unknown mode ${o.mode}`);
+  if (!['offload', 'mixed', 'lease', 'shared', 'both'].includes(o.mode)) usage(`unknown mode ${o.mode}`);
   if (o.break && !ALL_KINDS.includes(o.break)) usage(`--break: unknown kind ${o.break}`);
   if (o.duration !== undefined && !(o.duration > 0)) usage('--duration needs a positive number of seconds');
   return o;
@@ -157,7 +166,15 @@ const MODE_DEFAULTS = {
     // long enough for the lease to be free at some of those looks.
     think: { lib: [5, 40], run: [5, 40], compat: [5, 40], acquire: [5, 40], py: [5, 40], lease: [0, 20], ref: [0, 20] },
   },
+  shared: {
+    duration: 30,
+    participants: 'lib:1,run:1,compat:1,acquire:1,py:1,lease:2,ref:1',
+    minAcquisitions: 0,
+    think: { lib: [5, 40], run: [5, 40], compat: [5, 40], acquire: [5, 40], py: [5, 40], lease: [0, 20], ref: [0, 20] },
+  },
 };
+// The modes with gpulease participants.
+const LEASE_MODES = ['lease', 'shared'];
 const CS_MS = [1, 4];
 const WAIT_MS = 3000;
 
@@ -189,7 +206,8 @@ class Participant {
     if (s.opts.break === this.kind) common.push('--skip-lock-every', '4');
     if (this.kind === 'lease') {
       // gpulease's own waiter: polls every second for up to the same wait.
-      const args = ['loop', '-state-dir', s.leaseRoot, '-cs-dir', s.dir, '-tag', this.tag, '-kind', 'lease',
+      const place = s.mode === 'shared' ? ['-dir', s.lock] : ['-state-dir', s.leaseRoot];
+      const args = ['loop', ...place, '-cs-dir', s.dir, '-tag', this.tag, '-kind', 'lease',
         '-wait', `${WAIT_MS}ms`, '-poll', '1s', '-cs-min', String(CS_MS[0]), '-cs-max', String(CS_MS[1]),
         '-think-min', String(think[0]), '-think-max', String(think[1])];
       if (s.opts.break === this.kind) args.push('-skip-lock-every', '4');
@@ -283,6 +301,12 @@ class Supervisor {
     if (mode === 'lease') {
       fs.mkdirSync(path.join(this.leaseRoot, 'gpu', 'lease'), { recursive: true });
       this.env.OFFLOAD_LOCK_LEASE_ROOT = this.leaseRoot;
+    } else if (mode === 'shared') {
+      // GPU_LOCK for every side, and gpulease's counter beside the lock, as
+      // on a site where gpulease has acquired before.
+      this.env.GPU_LOCK = this.lock;
+      this.env.OFFLOAD_LOCK_LEASE_ROOT = path.join(this.dir, 'no-lease-root');
+      fs.writeFileSync(path.join(this.dir, 'epoch'), '0');
     } else {
       this.env.OFFLOAD_LOCK_LEASE_ROOT = path.join(this.dir, 'no-lease-root');
     }
@@ -500,7 +524,10 @@ class Supervisor {
       try { process.kill(l.pid, 'SIGKILL'); } catch { /* gone */ }
     }
     try {
-      const r = await runQuiet(BIN, ['--lock', this.lock, 'status']);
+      // In the participants' environment: with GPU_LOCK shared with
+      // gpulease, an empty container is judged by the rules of both (free),
+      // not as a v1 runner's new directory (held for its grace).
+      const r = await runQuiet(BIN, ['--lock', this.lock, 'status'], this.env);
       if (r === 0) this.error(`the lock ${this.lock} is still held after every participant stopped`);
     } catch (e) {
       this.error(`status: ${e.message}`);
@@ -708,9 +735,9 @@ function groupMembers(pgid) {
   return out;
 }
 
-function runQuiet(exe, args) {
+function runQuiet(exe, args, env = process.env) {
   return new Promise((resolve, reject) => {
-    const c = spawn(exe, args, { stdio: 'ignore' });
+    const c = spawn(exe, args, { stdio: 'ignore', env });
     c.on('error', reject);
     c.on('close', (code) => resolve(code));
   });
@@ -728,7 +755,7 @@ function check(fig, opts) {
     if (other.length) failures.push(`detector self-test: ${other.length} overlap(s) not explained by the skipped locks`);
     return failures;
   }
-  if (fig.mode === 'lease') {
+  if (LEASE_MODES.includes(fig.mode)) {
     // Both protocols, one holder: no overlap, but those of a v1 runner (it
     // sees no lease, and its rm -rf removes live locks: v1 defects).
     const v1 = (o) => kindOf(o.entered) === 'ref' || kindOf(o.inside) === 'ref' || (o.by && kindOf(o.by) === 'ref');
@@ -740,7 +767,11 @@ function check(fig, opts) {
     const offloadErrors = OFFLOAD_KINDS.reduce((n, k) => n + fig.errorEvents[k], 0);
     // A gpulease participant killed inside the counter's lock leaves it for
     // gpulease's 30 s; the others' tries fail meanwhile, as gpulease's do.
-    const leaseErrors = fig.errorLines.filter((l) => kindOf(l.split(' ')[2]) === 'lease' && !l.includes('epoch.lock'));
+    // In one shared directory, a v1 runner's rm -rf removes it under a
+    // gpulease acquirer between its MkdirAll and its create (ENOENT); nothing
+    // offload-lock does removes it.
+    const v1RemovedDir = (l) => fig.mode === 'shared' && withRef && l.includes('no such file or directory');
+    const leaseErrors = fig.errorLines.filter((l) => kindOf(l.split(' ')[2]) === 'lease' && !l.includes('epoch.lock') && !v1RemovedDir(l));
     if (offloadErrors || leaseErrors.length)
       failures.push(`${offloadErrors + leaseErrors.length} participant error(s): ${fig.errorSamples.join(' | ')}`);
   } else if (offloadOnly) {
@@ -758,7 +789,7 @@ function check(fig, opts) {
   for (const k of new Set(fig.participants.map(kindOf))) {
     // A v1 runner among lease holders is a bystander: it polls once a second
     // and may find the lock free at none of its looks on a loaded machine.
-    const bystander = fig.mode === 'lease' && k === 'ref';
+    const bystander = LEASE_MODES.includes(fig.mode) && k === 'ref';
     if (fig.acquisitions[k] === 0 && !bystander) failures.push(`no acquisition at all by the ${k} participants`);
     if (opts.kills && fig.durationS >= 10 && fig.kills[k] === 0) failures.push(`no ${k} participant was killed`);
   }
@@ -794,7 +825,7 @@ function printFigures(fig) {
 // ------------------------------------------------------------ main
 
 const opts = parseOptions(process.argv.slice(2));
-for (const exe of opts.mode === 'lease' ? [BIN, PARTICIPANT, STANDIN] : [BIN, PARTICIPANT]) {
+for (const exe of LEASE_MODES.includes(opts.mode) ? [BIN, PARTICIPANT, STANDIN] : [BIN, PARTICIPANT]) {
   try {
     fs.accessSync(exe, fs.constants.X_OK);
   } catch {
