@@ -46,6 +46,10 @@ void install_handlers(std::initializer_list<int> sigs) {
     struct sigaction sa {};
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    // A child that stops or continues (a terminal's Ctrl-Z and fg reach a
+    // job's whole process group) has not ended: only its end is news, and
+    // a stop taken for one cancelled a waiting run.
+    if (s == SIGCHLD) sa.sa_flags |= SA_NOCLDSTOP;
     sigemptyset(&sa.sa_mask);
     ::sigaction(s, &sa, nullptr);
   }

@@ -347,6 +347,29 @@ TEST_CASE("cli: a CMD killed while run waits makes run exit with CMD's status", 
   CHECK(l->still_held());
 }
 
+TEST_CASE("cli: a CMD stopped and continued while run waits (Ctrl-Z, fg) leaves the wait going", "[cli]") {
+  temp_dir d;
+  auto l = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(l);
+  child c(cli_exe(), with_lock(d, {"run", "--wait", "60", "--", "echo", "ran"}));
+  std::string children_file = "/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) + "/children";
+  REQUIRE(eventually([&] { return !read_file(children_file).empty(); }));
+  int cmd = std::stoi(read_file(children_file));
+  REQUIRE(eventually([&] { return c.err_text().find("waiting for") != std::string::npos; }));
+  // What a terminal's Ctrl-Z and fg do to the job's process group, CMD
+  // included: a child that stops or continues has not ended.
+  ::kill(cmd, SIGTSTP);
+  REQUIRE(eventually([&] { return read_file("/proc/" + std::to_string(cmd) + "/stat").find(") T ") != std::string::npos; }));
+  ::kill(cmd, SIGCONT);
+  REQUIRE(eventually([&] { return read_file("/proc/" + std::to_string(cmd) + "/stat").find(") T ") == std::string::npos; }));
+  // Still waiting: the lock is held, and run neither gave up nor ran CMD.
+  CHECK(c.err_text().find("gave up") == std::string::npos);
+  CHECK(c.read_line(0ms) == std::nullopt);
+  REQUIRE(!l->release());
+  CHECK(c.read_line() == std::optional<std::string>("ran"));
+  CHECK(c.wait() == 0);
+}
+
 TEST_CASE("cli: wait-free", "[cli]") {
   temp_dir d;
   CHECK(run_cli(with_lock(d, {"wait-free", "--wait", "0"})).code == 0);
