@@ -197,6 +197,13 @@ std::unique_ptr<registration> registration::add(const std::string& base, const w
   const std::string stem = std::to_string(rec.pid) + "-" + sys::random_hex(6);
   // The last waiter to leave removes the directories; one that opened them
   // just before then finds them deleted (ENOENT) and makes them again.
+  // Failing (short of descriptors, say), this one removes them as it would
+  // on leaving: each by name, and only when empty.
+  auto give_up = [&](const sys::fd* top, const std::string& dir) -> std::unique_ptr<registration> {
+    if (top && !dir.empty()) (void)sys::unlink_at(top->get(), dir, true, reg->shown_);
+    (void)sys::unlink_at(parent->get(), reg->top_name_, true, reg->shown_);
+    return nullptr;
+  };
   for (int attempt = 0; attempt < 4; ++attempt) {
     if (!sys::mkdir_at(parent->get(), reg->top_name_, 0777, reg->shown_)) {
       // New: as open as the lock's parent (world-writable in /tmp,
@@ -208,17 +215,21 @@ std::unique_ptr<registration> registration::add(const std::string& base, const w
     auto top = sys::open_dir(parent->get(), reg->top_name_, true, reg->shown_);
     if (!top) {
       if (top.error().code() == std::errc::no_such_file_or_directory) continue;
-      return nullptr;  // not a directory, or not ours to read
+      return give_up(nullptr, {});  // not a directory, or not ours to read
     }
     const std::string dir = own_dir(top->get(), reg->shown_, true);
     if (dir.empty()) continue;
     auto d = sys::open_dir(top->get(), dir, true, reg->shown_);
-    if (!d) continue;
+    if (!d) {
+      if (d.error().code() == std::errc::no_such_file_or_directory) continue;
+      return give_up(&*top, dir);
+    }
     const std::string tmp = "." + stem + ".tmp", final_name = stem + ".json", wake = stem + ".wake";
     auto w = sys::make_fifo_at(d->get(), wake, 0600, reg->shown_);
     if (!w) {
       if (w.error().code() == std::errc::no_such_file_or_directory) continue;
-      return nullptr;
+      d->reset();
+      return give_up(&*top, dir);
     }
     auto undo = [&] {
       (void)sys::unlink_at(d->get(), tmp, false, reg->shown_);
@@ -231,13 +242,15 @@ std::unique_ptr<registration> registration::add(const std::string& base, const w
         sys::rename_at(d->get(), tmp, final_name, reg->shown_)) {
       undo();
       if (!f && f.error().code() == std::errc::no_such_file_or_directory) continue;
-      return nullptr;
+      d->reset();
+      return give_up(&*top, dir);
     }
     auto st = sys::stat_fd(f->get(), reg->shown_);
     if (!st) {
       (void)sys::unlink_at(d->get(), final_name, false, reg->shown_);
       undo();
-      return nullptr;
+      d->reset();
+      return give_up(&*top, dir);
     }
     sys::guard_from_fork(f->get());
     reg->me_.dir = dir;
@@ -252,7 +265,7 @@ std::unique_ptr<registration> registration::add(const std::string& base, const w
     reg->parent_ = std::move(*parent);
     return reg;
   }
-  return nullptr;
+  return give_up(nullptr, {});
 }
 
 std::vector<std::string> registration::messages() {

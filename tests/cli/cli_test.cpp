@@ -370,6 +370,31 @@ TEST_CASE("cli: a CMD stopped and continued while run waits (Ctrl-Z, fg) leaves 
   CHECK(c.wait() == 0);
 }
 
+TEST_CASE("cli: a waiter short of descriptors fails or times out and leaves nothing of its own", "[cli]") {
+  temp_dir d;
+  auto l = ol::lock::acquire(d.lock(), 0ms);
+  REQUIRE(l);
+  const fs::path queue = d.path / ".gpu.lock.queue";
+  // Each limit runs out at another call: joining the queue, staging, the
+  // watches. Whatever it reached, a waiter that leaves without the lock
+  // takes its place in the queue with it, directories included.
+  for (int n = 9; n <= 24; ++n) {
+    INFO("ulimit -n " << n);
+    child c("/bin/sh", {"-c", "ulimit -n " + std::to_string(n) + " && exec \"$0\" --lock \"$1\" run --wait 1s -- true",
+                        cli_exe(), d.lock()});
+    c.close_stdin();
+    auto code = c.wait(60s);
+    INFO(c.err_text());
+    // Busy (1) or the failure (4); an instrumented build may need more
+    // descriptors than it has to start at all.
+    REQUIRE(code);
+    CHECK(*code != 0);
+    CHECK_FALSE(fs::exists(queue));
+    CHECK(l->still_held());
+  }
+  REQUIRE(!l->release());
+}
+
 TEST_CASE("cli: wait-free", "[cli]") {
   temp_dir d;
   CHECK(run_cli(with_lock(d, {"wait-free", "--wait", "0"})).code == 0);
