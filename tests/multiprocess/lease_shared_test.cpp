@@ -231,3 +231,54 @@ TEST_CASE("lease shared: gpulease's counter lock left by a killed acquirer is wa
   CHECK(ours.read_line(30s) == std::optional<std::string>("inside"));
   CHECK(ours.wait(30s) == std::optional<int>(0));
 }
+
+TEST_CASE("lease shared: run gives CMD the lease its meta.json holds, gpulease under it and offload-lock under a "
+          "gpulease holder hold through, and acquire --pid goes with release --pid",
+          "[multiprocess][lease]") {
+  shared_site s;
+  // CMD sees the lease of the one meta.json, and a gpulease acquirer it
+  // starts holds through it instead of waiting for its own parent.
+  const std::string script = "cat '" + s.claim.string() +
+                             "'; echo; echo \"env=$GPU_LEASE_DIR $GPU_LEASE_EPOCH $GPU_LEASE_CLASS\"; '" +
+                             standin_exe() + "' hold -wait 0s -for 1ms";
+  // (It waits: the container the stand-in made just now may still be a v1
+  // runner's new directory, for the grace from its birth.)
+  auto res = run_cli({"run", "--class", "text", "--", "sh", "-c", script}, s.env);
+  INFO(res.out << res.err);
+  REQUIRE(res.code == 0);
+  const auto nl = res.out.find('\n');
+  REQUIRE(nl != std::string::npos);
+  const auto claim = nlohmann::json::parse(res.out.substr(0, nl));
+  const std::string epoch = std::to_string(claim["epoch"].get<std::uint64_t>());
+  CHECK(claim["class"] == "text");
+  CHECK_THAT(res.out, Catch::Contains("env=" + s.dir.string() + " " + epoch + " text"));
+  CHECK_THAT(res.out, Catch::Contains("inherited " + epoch));
+  CHECK_FALSE(fs::exists(s.claim));
+  CHECK(fs::is_directory(s.dir));
+
+  // offload-lock started under a gpulease holder of this directory holds
+  // through its lease: waiting would wait for its own parent.
+  child g(standin_exe(), {"exec", "-wait", "10s", "--", cli_exe(), "run", "--wait", "0", "--", "sh", "-c",
+                          "echo \"under $GPU_LEASE_EPOCH\""},
+          s.env);
+  const std::string got = line_starting(g, "acquired");
+  REQUIRE(!got.empty());
+  CHECK(line_starting(g, "under") == "under " + field(got, 2));
+  CHECK(g.wait() == std::optional<int>(0));
+  CHECK_FALSE(fs::exists(s.claim));
+
+  // acquire --pid: the lease names the recorded holder; release --pid of it
+  // removes the one meta.json and leaves the container.
+  const std::string me = std::to_string(::getpid());
+  auto held = run_cli({"--json", "acquire", "--pid", me}, s.env);
+  INFO(held.out << held.err);
+  REQUIRE(held.code == 0);
+  const auto j = nlohmann::json::parse(held.out);
+  CHECK(j["leaseEpoch"].get<std::uint64_t>() == s.claim_json()["epoch"].get<std::uint64_t>());
+  CHECK(s.claim_json()["holder"]["pid"].get<long>() == ::getpid());
+  CHECK_THAT(s.standin_view(), Catch::Contains("\"held\":true") && Catch::Contains("\"pid\":" + me));
+  CHECK(run_cli({"release", "--pid", me}, s.env).code == 0);
+  CHECK_FALSE(fs::exists(s.claim));
+  CHECK(fs::is_directory(s.dir));
+  CHECK_THAT(s.standin_view(), Catch::Contains("\"held\":false"));
+}
