@@ -222,6 +222,7 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
   const int* const allowed = OFFLOAD_LOCK_HAS_FIELD(options, allowed_gpu_count) ? c.allowed_gpus : nullptr;
   const size_t allowed_count = allowed ? c.allowed_gpu_count : 0;
   const int64_t max_hold_ms = OFFLOAD_LOCK_HAS_FIELD(options, max_hold_ms) ? c.max_hold_ms : 0;
+  const char* const lease_class = OFFLOAD_LOCK_HAS_FIELD(options, lease_class) ? c.lease_class : nullptr;
   try {
     if (priority < -100 || priority > 100) {
       copy_out(message, message_len,
@@ -234,6 +235,11 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
     }
     if (max_hold_ms < 0) {
       copy_out(message, message_len, "offload_lock_acquire_ex: negative max_hold_ms");
+      return OFFLOAD_LOCK_INVALID;
+    }
+    const std::string cls = lease_class ? lease_class : "";
+    if (!cls.empty() && cls != "media" && cls != "text") {
+      copy_out(message, message_len, "offload_lock_acquire_ex: lease_class '" + cls + "' (media or text)");
       return OFFLOAD_LOCK_INVALID;
     }
     ol::lock_options o;
@@ -254,6 +260,7 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
     o.priority = priority;
     o.expected = ol::milliseconds(expect_ms);
     o.max_hold = ol::milliseconds(max_hold_ms);
+    o.lease_class = cls;
     if (c.on_progress) {
       o.progress_every = ol::milliseconds(c.progress_every_ms);
       offload_lock_progress_fn fn = c.on_progress;

@@ -16,25 +16,7 @@ void copy_out(char* dst, std::size_t cap, const std::string& src) {
   dst[n] = '\0';
 }
 
-}  // namespace
-
-extern "C" int offload_lock_lease_find(const char* explicit_dir, offload_lock_lease_place* place) {
-  if (!place) return OFFLOAD_LOCK_INVALID;
-  const auto p = offload_lock::find_lease(explicit_dir ? explicit_dir : "");
-  *place = offload_lock_lease_place{};
-  copy_out(place->dir, sizeof place->dir, p.dir);
-  copy_out(place->gpu_dir, sizeof place->gpu_dir, p.gpu_dir);
-  copy_out(place->root, sizeof place->root, p.root);
-  copy_out(place->rule, sizeof place->rule, offload_lock::to_string(p.rule));
-  place->exists = p.exists ? 1 : 0;
-  copy_out(place->refused, sizeof place->refused, p.refused);
-  return OFFLOAD_LOCK_OK;
-}
-
-extern "C" int offload_lock_lease_inspect(const char* dir, offload_lock_lease_info* info) {
-  if (!info) return OFFLOAD_LOCK_INVALID;
-  const std::string d = dir && *dir ? std::string(dir) : offload_lock::find_lease().dir;
-  const auto i = offload_lock::inspect_lease(d);
+void fill(offload_lock_lease_info* info, const offload_lock::lease_info& i) {
   *info = offload_lock_lease_info{};
   copy_out(info->dir, sizeof info->dir, i.dir);
   switch (i.state) {
@@ -58,5 +40,36 @@ extern "C" int offload_lock_lease_inspect(const char* dir, offload_lock_lease_in
   info->has_counter = i.counter ? 1 : 0;
   info->counter = i.counter.value_or(0);
   copy_out(info->why, sizeof info->why, i.why);
+}
+
+}  // namespace
+
+extern "C" int offload_lock_lease_find(const char* explicit_dir, offload_lock_lease_place* place) {
+  if (!place) return OFFLOAD_LOCK_INVALID;
+  const auto p = offload_lock::find_lease(explicit_dir ? explicit_dir : "");
+  *place = offload_lock_lease_place{};
+  copy_out(place->dir, sizeof place->dir, p.dir);
+  copy_out(place->gpu_dir, sizeof place->gpu_dir, p.gpu_dir);
+  copy_out(place->root, sizeof place->root, p.root);
+  copy_out(place->rule, sizeof place->rule, offload_lock::to_string(p.rule));
+  place->exists = p.exists ? 1 : 0;
+  copy_out(place->refused, sizeof place->refused, p.refused);
+  return OFFLOAD_LOCK_OK;
+}
+
+extern "C" int offload_lock_lease_inspect(const char* dir, offload_lock_lease_info* info) {
+  if (!info) return OFFLOAD_LOCK_INVALID;
+  const std::string d = dir && *dir ? std::string(dir) : offload_lock::find_lease().dir;
+  fill(info, offload_lock::inspect_lease(d));
+  return OFFLOAD_LOCK_OK;
+}
+
+extern "C" int offload_lock_lease_joined(offload_lock_lease_info* info, int* joined, int* busy) {
+  if (!info || !joined) return OFFLOAD_LOCK_INVALID;
+  const auto i = offload_lock::joined_lease();
+  *joined = i ? 1 : 0;
+  if (busy) *busy = i && offload_lock::lease_busy(*i) ? 1 : 0;
+  if (i) fill(info, *i);
+  else *info = offload_lock_lease_info{};
   return OFFLOAD_LOCK_OK;
 }

@@ -83,4 +83,14 @@ lease_info inspect_lease(const std::string& dir) {
   return i;
 }
 
+bool lease_busy(const lease_info& i) noexcept {
+  return i.state == lease_state::held || i.state == lease_state::unknown;
+}
+
+std::optional<lease_info> joined_lease() {
+  const gl::lease_location loc = gl::resolve_lease(gl::lease_inputs_from_environment());
+  if (!gl::joined_by_acquisitions(loc)) return std::nullopt;
+  return inspect_lease(loc.dir);
+}
+
 }  // namespace offload_lock

@@ -127,6 +127,7 @@ class Options(ctypes.Structure):
         ("allowed_gpus", ctypes.POINTER(ctypes.c_int)),
         ("allowed_gpu_count", ctypes.c_size_t),
         ("max_hold_ms", ctypes.c_int64),
+        ("lease_class", ctypes.c_char_p),
     ]
 
 
