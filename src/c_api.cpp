@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "c_api_lease.hpp"
 #include "offload_lock/describe.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
@@ -268,7 +269,10 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
       o.on_progress = [fn, user](const ol::wait_progress& p) {
         std::vector<offload_lock_info_ex> hs(p.holders.size());
         for (std::size_t k = 0; k < hs.size(); ++k) fill(hs[k], p.holders[k]);
-        offload_lock_progress cp{p.waited.count(), p.changed ? 1 : 0, hs.size(), hs.data(), p.position};
+        offload_lock_lease_info lease{};
+        if (p.lease) ol::detail::fill_c_lease(lease, *p.lease);
+        offload_lock_progress cp{p.waited.count(), p.changed ? 1 : 0, hs.size(), hs.data(), p.position,
+                                 p.lease ? &lease : nullptr};
         fn(&cp, user);
       };
     }

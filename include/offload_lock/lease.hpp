@@ -38,6 +38,10 @@ struct lease_place {
   bool exists = false;
   // Why gpulease refuses this path (a cloud-sync folder), "" when it accepts it.
   std::string refused;
+  // offload-lock's acquisitions of a plain lock take this lease too (it
+  // exists, a state root rule placed it, gpulease accepts it): the lease
+  // joined_lease() judges, which makes the GPU busy whatever the lock says.
+  bool joined = false;
 };
 
 // Places the lease from the environment (GPU_LOCK, OFFLOAD_LOCK_LEASE_ROOT,

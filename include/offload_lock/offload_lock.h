@@ -107,6 +107,11 @@ typedef struct offload_lock_progress {
      OFFLOAD_LOCK_NO_REGISTER). The library allocates this struct, so
      fields are only ever appended. */
   int position;
+  /* Since 0.3. While the lock is held and the acquisition waits for the
+     gpulease lease that goes with it (doc/protocol-gpulease.md): that
+     lease as last seen (holder_count is then 0, and changed says its
+     holder changed); NULL otherwise. Valid only during the call. */
+  const struct offload_lock_lease_info* lease;
 } offload_lock_progress;
 
 typedef void (*offload_lock_progress_fn)(const offload_lock_progress* progress, void* user);

@@ -94,6 +94,13 @@ const char* serve_page_script() {
         if (s.maxHoldInMs !== null && s.maxHoldInMs !== undefined)
           holder += s.maxHoldInMs - moved > 0 ? ', max hold in ' + dur(s.maxHoldInMs - moved) : ', max hold passed';
         if (s.yieldRequested) holder += ', asked to make way for ' + shown(s.yieldRequested.label);
+      } else if (s.busyBy === 'gpulease' && st.gpulease) {
+        // The lock is free, but a gpulease holder has the GPU.
+        const l = st.gpulease;
+        holder = l.state === 'held' && l.pid
+          ? 'gpulease: ' + shown(l.class || 'unclassed') + ' lease (pid ' + l.pid + ', epoch ' + l.epoch +
+            (l.reason ? ', reason "' + shown(l.reason) + '"' : '') + (l.origin ? ', origin "' + shown(l.origin) + '"' : '') + ')'
+          : 'gpulease: ' + shown(l.why);
       } else if (s.stale) {
         holder = 'free (stale: ' + shown(s.stale) + ')';
       }
@@ -102,8 +109,11 @@ const char* serve_page_script() {
         const left = s.expectMs - s.heldForMs - moved;
         expected = left >= 0 ? 'in ~' + dur(left) : 'overdue by ' + dur(-left);
       }
-      slots.push(row(['gpu' + s.gpu, holder, s.held ? dur(s.heldForMs + moved) : '-', expected,
-                      s.held && s.priority !== null ? String(s.priority) : '-'], s.held ? 'held' : 'free'));
+      let held = s.held ? dur(s.heldForMs + moved) : '-';
+      if (!s.held && s.busyBy === 'gpulease' && st.gpulease && st.gpulease.heldForMs !== null)
+        held = dur(st.gpulease.heldForMs + moved);
+      slots.push(row(['gpu' + s.gpu, holder, held, expected,
+                      s.held && s.priority !== null ? String(s.priority) : '-'], s.busy ? 'held' : 'free'));
     }
     $('slots').tBodies[0].replaceChildren(...slots);
     const queue = [];

@@ -112,18 +112,18 @@ int print_status(const args& a, const gpu_plan& gpus, const std::string& path) {
               << history_metrics(summarize(path, 0, grouping::gpu, 0, tokens, now_epoch_ms()), path);
     return exit_ok;
   }
-  // The gpulease lease of current upstream runners, where a root exists.
-  const auto lease = look_lease_board();
   if (a.json) {
     std::cout << dump(board_json(b, a)) << "\n";
   } else {
     std::cout << render(b, a) << printable("lock: " + path) << "\n";
-    if (lease) std::cout << lease_text(*lease) << "\n";
+    // The gpulease lease of current upstream runners, where a root exists.
+    if (b.gpulease) std::cout << lease_text(*b.gpulease) << "\n";
   }
-  bool all_held = true;
+  // 0 when every GPU asked about is taken, by its lock or by the lease.
+  bool all_busy = true;
   for (std::size_t k = 0; k < b.slots.size(); ++k)
-    if (b.counts[k] && !b.slots[k].held) all_held = false;
-  return all_held ? exit_ok : exit_busy;
+    if (b.counts[k] && !b.busy(k)) all_busy = false;
+  return all_busy ? exit_ok : exit_busy;
 }
 
 }  // namespace offload_lock::cli

@@ -1,11 +1,11 @@
 // The C API of the gpulease view (include/offload_lock/offload_lock.h,
-// offload_lock_lease_*) over lease.hpp.
+// offload_lock_lease_*) over lease.hpp, and its struct both ways
+// (c_api_lease.hpp).
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "offload_lock/lease.hpp"
-#include "offload_lock/offload_lock.h"
+#include "c_api_lease.hpp"
 
 namespace {
 
@@ -16,7 +16,12 @@ void copy_out(char* dst, std::size_t cap, const std::string& src) {
   dst[n] = '\0';
 }
 
-void fill(offload_lock_lease_info* info, const offload_lock::lease_info& i) {
+}  // namespace
+
+namespace offload_lock::detail {
+
+void fill_c_lease(offload_lock_lease_info& out, const lease_info& i) {
+  offload_lock_lease_info* info = &out;
   *info = offload_lock_lease_info{};
   copy_out(info->dir, sizeof info->dir, i.dir);
   switch (i.state) {
@@ -42,7 +47,35 @@ void fill(offload_lock_lease_info* info, const offload_lock::lease_info& i) {
   copy_out(info->why, sizeof info->why, i.why);
 }
 
-}  // namespace
+lease_info lease_of_c(const offload_lock_lease_info& c) {
+  // The C strings are NUL-terminated within their fields (copy_out).
+  auto text = [](const char* f, std::size_t cap) { return std::string(f, strnlen(f, cap)); };
+  lease_info i;
+  i.dir = text(c.dir, sizeof c.dir);
+  switch (c.state) {
+    case OFFLOAD_LOCK_LEASE_FREE: i.state = lease_state::free; break;
+    case OFFLOAD_LOCK_LEASE_HELD: i.state = lease_state::held; break;
+    case OFFLOAD_LOCK_LEASE_STALE: i.state = lease_state::stale; break;
+    default: i.state = lease_state::unknown; break;
+  }
+  i.in_progress = c.in_progress != 0;
+  i.gpulease_readers_held = c.readers_held != 0;
+  i.pid = c.pid;
+  i.lease_class = text(c.lease_class, sizeof c.lease_class);
+  i.epoch = c.epoch;
+  i.reason = text(c.reason, sizeof c.reason);
+  i.origin = text(c.origin, sizeof c.origin);
+  i.job_id = text(c.job_id, sizeof c.job_id);
+  i.acquired_at_ms = c.acquired_at_ms;
+  i.expires_at_ms = c.expires_at_ms;
+  i.renewed_at_ms = c.renewed_at_ms;
+  i.held_for = std::chrono::milliseconds(c.held_for_ms);
+  if (c.has_counter) i.counter = c.counter;
+  i.why = text(c.why, sizeof c.why);
+  return i;
+}
+
+}  // namespace offload_lock::detail
 
 extern "C" int offload_lock_lease_find(const char* explicit_dir, offload_lock_lease_place* place) {
   if (!place) return OFFLOAD_LOCK_INVALID;
@@ -60,7 +93,7 @@ extern "C" int offload_lock_lease_find(const char* explicit_dir, offload_lock_le
 extern "C" int offload_lock_lease_inspect(const char* dir, offload_lock_lease_info* info) {
   if (!info) return OFFLOAD_LOCK_INVALID;
   const std::string d = dir && *dir ? std::string(dir) : offload_lock::find_lease().dir;
-  fill(info, offload_lock::inspect_lease(d));
+  offload_lock::detail::fill_c_lease(*info, offload_lock::inspect_lease(d));
   return OFFLOAD_LOCK_OK;
 }
 
@@ -69,7 +102,7 @@ extern "C" int offload_lock_lease_joined(offload_lock_lease_info* info, int* joi
   const auto i = offload_lock::joined_lease();
   *joined = i ? 1 : 0;
   if (busy) *busy = i && offload_lock::lease_busy(*i) ? 1 : 0;
-  if (i) fill(info, *i);
+  if (i) offload_lock::detail::fill_c_lease(*info, *i);
   else *info = offload_lock_lease_info{};
   return OFFLOAD_LOCK_OK;
 }

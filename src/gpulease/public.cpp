@@ -49,6 +49,8 @@ lease_place find_lease(std::string_view explicit_dir) {
   }
   p.exists = gl::lease_root_exists(loc);
   p.refused = loc.refused;
+  // For the root rules, exists is the root's opening.
+  p.joined = p.exists && gl::joinable(loc);
   return p;
 }
 
@@ -88,9 +90,9 @@ bool lease_busy(const lease_info& i) noexcept {
 }
 
 std::optional<lease_info> joined_lease() {
-  const gl::lease_location loc = gl::resolve_lease(gl::lease_inputs_from_environment());
-  if (!gl::joined_by_acquisitions(loc)) return std::nullopt;
-  return inspect_lease(loc.dir);
+  const lease_place p = find_lease();
+  if (!p.joined) return std::nullopt;
+  return inspect_lease(p.dir);
 }
 
 }  // namespace offload_lock

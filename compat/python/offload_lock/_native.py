@@ -70,6 +70,7 @@ class Progress(ctypes.Structure):
         ("holder_count", ctypes.c_size_t),
         ("holders", ctypes.POINTER(InfoEx)),
         ("position", ctypes.c_int),
+        ("lease", ctypes.c_void_p),
     ]
 
 
