@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "multiprocess/lease_support.hpp"
 #include "offload_lock/offload_lock.hpp"
 #include "support.hpp"
 
@@ -136,6 +137,25 @@ TEST_CASE("top redraws on a new holder, waiter and history entry, and q gives th
   waiter.close_stdin();
   CHECK(waiter.wait() == 0);
 
+  t.key("q");
+  check_given_back(t, d, 0);
+}
+
+TEST_CASE("top shows a gpulease holder on the GPU it keeps while the lock is free, and sees it go", "[cli][top][lease]") {
+  temp_dir d;
+  const std::string root = d.str() + "/lease-root";
+  fs::create_directories(root);
+  terminal t(140, 30);
+  t.type("export OFFLOAD_LOCK_LEASE_ROOT=" + root + "; unset GPU_LOCK");
+  start_top(t, d);
+  REQUIRE(t.shows("gpu0  free"));
+  // The lease directory is made by this first lease: top sees it made.
+  child g(standin_exe(), standin_hold(root, "0s", "text"));
+  REQUIRE(!line_starting(g, "acquired").empty());
+  CHECK(t.shows("gpu0  gpulease: text lease (pid " + std::to_string(g.pid())));
+  g.close_stdin();
+  CHECK(g.wait() == 0);
+  CHECK(t.shows("gpu0  free"));
   t.key("q");
   check_given_back(t, d, 0);
 }
