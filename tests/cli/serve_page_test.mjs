@@ -61,9 +61,11 @@ test('the page shows a new holder within a second of its acquisition', async (t)
   const label = `page-holder-${process.pid}`;
   // The page watches from before the acquisition; it reports when it saw it.
   const seen = page.evaluate(whenPage(`document.querySelector('#slots tbody').textContent.includes('${label}')`, 10000));
-  const holder = start(['--lock', lock, 'hold', '--label', label], t);
+  const holder = start(['--lock', lock, 'hold', '--label', label, '--max-hold', '2h'], t);
   const acquired = JSON.parse((await holder.line()).replace(/^acquired /, ''));
   const seenAt = await seen;
+  // Its row as top's: the maximum hold in a column of its own.
+  assert.match(await page.evaluate("document.querySelector('#slots tbody').textContent"), /in 1h59m0$/);
   const latency = seenAt - acquired.startedAt;
   t.diagnostic(`holder shown ${latency} ms after its acquisition`);
   // The bound the issue sets; the benchmark measures the figure.
