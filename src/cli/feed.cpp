@@ -15,9 +15,6 @@ constexpr std::size_t kTailBytes = std::size_t{256} * 1024;
 // Where nothing can be watched, or only time changes a lock.
 constexpr std::int64_t kFallbackMs = 1000;
 constexpr std::int64_t kSafetyMs = 60'000;
-// A held lease frees by time alone once its heartbeat and window are both
-// over (a holder that hangs): looked at this often while one is held.
-constexpr std::int64_t kLeaseLookMs = 5'000;
 
 }  // namespace
 
@@ -41,18 +38,7 @@ void live_feed::refresh() {
     usage_ = gpu_usage();
     asked_ = now;
   }
-  // The lease directory, where a root exists, armed before the look too.
-  // gpulease makes it (and its parent) at its first lease: until then the
-  // nearest directory above it that exists is watched, to see it made.
-  const lease_place lp = find_lease();
-  if (lp.exists && (lease_dir_watched_ != lp.dir || !lease_watch_.watching())) {
-    lease_dir_watched_.clear();
-    for (const std::string& d : {lp.dir, lp.gpu_dir, lp.root})
-      if (!d.empty() && lease_watch_.watch(d)) {
-        lease_dir_watched_ = d;
-        break;
-      }
-  }
+  lease_watch_.arm(find_lease());  // the gpulease lease's directory, where a root exists
   board_ = look(a_, gpus_, path_, usage_);
   looked_at_ = std::chrono::steady_clock::now();
   if (history_dirty_ || (!history_kept_ && history_watch_.watching())) {
@@ -63,8 +49,7 @@ void live_feed::refresh() {
   for (const auto& i : board_.slots)
     if (i.held && i.pid) pids.push_back(*i.pid);
   for (const auto& w : board_.waiters) pids.push_back(w.pid);
-  if (board_.gpulease && board_.gpulease->info.state == lease_state::held && board_.gpulease->info.pid > 0)
-    pids.push_back(board_.gpulease->info.pid);
+  if (const auto p = lease_watch::holder_pid(board_.gpulease)) pids.push_back(p);
   const auto armed = watch_.arm_processes(pids);
   pids_watched_ = armed == change_watch::processes::watched;
   // One of them exited between the look and the watch: look again at once.
@@ -90,19 +75,12 @@ bool live_feed::wait(const std::vector<int>& extra_fds) {
     if (i.held) timeout = std::min<std::int64_t>(timeout, std::max<std::int64_t>(1, a_.ttl.count() - i.age.count()));
     else if (i.present) timeout = std::min<std::int64_t>(timeout, kFallbackMs);
   }
-  if (board_.gpulease) {
-    // No watch on the lease directory (not made yet): only a look finds a
-    // lease taken.
-    if (lease_dir_watched_.empty()) timeout = std::min<std::int64_t>(timeout, kFallbackMs);
-    else if (board_.gpulease->info.state != lease_state::free) timeout = std::min<std::int64_t>(timeout, kLeaseLookMs);
-  }
+  if (const auto l = lease_watch_.timeout_ms(board_.gpulease); l >= 0) timeout = std::min(timeout, l);
   std::vector<int> fds = extra_fds;
   if (history_watch_.fd() >= 0) fds.push_back(history_watch_.fd());
   if (lease_watch_.fd() >= 0) fds.push_back(lease_watch_.fd());
   bool changed = watch_.wait(milliseconds(timeout), fds);
-  const auto lease_ev = lease_watch_.drain();
-  if (lease_ev.any || lease_ev.gone) changed = true;
-  if (lease_ev.gone) lease_dir_watched_.clear();
+  if (lease_watch_.drain()) changed = true;
   const auto ev = history_watch_.drain();
   if (ev.any || ev.gone) {
     read_history();

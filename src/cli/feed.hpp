@@ -17,6 +17,7 @@
 
 #include "cli/board.hpp"
 #include "cli/history_summary.hpp"
+#include "cli/lease_watch.hpp"
 #include "offload_lock/watch.hpp"
 #include "posix/dir_watch.hpp"
 
@@ -59,8 +60,7 @@ class live_feed {
   std::size_t recent_n_;
   change_watch watch_;
   os::dir_watch history_watch_;
-  os::dir_watch lease_watch_;
-  std::string lease_dir_watched_;
+  lease_watch lease_watch_;
   board board_;
   std::chrono::steady_clock::time_point looked_at_{};
   std::optional<std::vector<gpu_device>> usage_;

@@ -246,3 +246,38 @@ TEST_CASE("lease: a command that holds the lock and waits for the gpulease lease
   g.close_stdin();
   CHECK(g.wait() == 0);
 }
+
+TEST_CASE("lease: status --watch --json prints a new line when a gpulease holder takes and lets go of the lease",
+          "[cli][lease]") {
+  lease_root r;
+  const env_changes env = {{"OFFLOAD_LOCK_LEASE_ROOT", r.root}, {"GPU_LOCK", std::nullopt}};
+  child w(cli_exe(), {"--lock", (r.d.path / "gpu.lock").string(), "--json", "status", "--watch"}, env);
+  auto first = w.read_line();
+  REQUIRE(first);
+  CHECK(nlohmann::json::parse(*first)["busy"] == false);
+  // Woken by the lease directory, not by a timer (its safety look is a minute away).
+  child g(standin_exe(), standin_hold(r.root));
+  REQUIRE(!line_starting(g, "acquired").empty());
+  // (Its claim may be seen being written first: busy, no holder yet.)
+  nlohmann::json j;
+  for (int k = 0; k < 3; ++k) {
+    auto taken = w.read_line();
+    REQUIRE(taken);
+    j = nlohmann::json::parse(*taken);
+    if (j["gpulease"]["pid"] == g.pid()) break;
+    CHECK(j["busy"] == true);
+  }
+  CHECK(j["busy"] == true);
+  CHECK(j["busyBy"] == "gpulease");
+  CHECK(j["gpulease"]["pid"] == g.pid());
+  g.close_stdin();
+  CHECK(g.wait() == 0);
+  std::optional<std::string> freed;
+  // (A heartbeat written in between may print the same state once more.)
+  for (int k = 0; k < 3 && (freed = w.read_line()); ++k)
+    if (nlohmann::json::parse(*freed)["busy"] == false) break;
+  REQUIRE(freed);
+  CHECK(nlohmann::json::parse(*freed)["busy"] == false);
+  w.kill(SIGTERM);
+  w.wait();
+}
