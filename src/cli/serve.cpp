@@ -136,11 +136,15 @@ int cmd_serve(const args& a, const gpu_plan& gpus, const std::string& path) {
   // same bytes, so each is made once and kept until either moves. Under
   // many clients most requests then cost no JSON at all. (The server's one
   // thread alone reads and writes these.)
+  using answer_key = std::pair<std::uint64_t, std::int64_t>;  // the board's version, its age in ms
   struct answer_cache {
-    std::uint64_t version = 0;
-    std::int64_t aged_ms = -1;
+    std::optional<answer_key> key;
     std::string body;
-    bool hit(std::uint64_t v, std::int64_t ms) const { return aged_ms >= 0 && version == v && aged_ms == ms; }
+    bool hit(std::uint64_t v, std::int64_t ms) const { return key && key->first == v && key->second == ms; }
+    void keep(const answer_key& k, const std::string& b) {
+      key = k;
+      body = b;
+    }
   };
   answer_cache status_cache, metrics_cache;
   // The cached answer when it is still the one to give, else the board to
@@ -148,7 +152,7 @@ int cmd_serve(const args& a, const gpu_plan& gpus, const std::string& path) {
   struct made {
     std::optional<std::string> cached;
     board b;
-    std::optional<std::pair<std::uint64_t, std::int64_t>> key;  // none before the first look
+    std::optional<answer_key> key;  // none before the first look
   };
   auto answer_from = [&](const answer_cache& cache) {
     made m;
@@ -174,7 +178,7 @@ int cmd_serve(const args& a, const gpu_plan& gpus, const std::string& path) {
     ojson j = board_json(m.b, a);
     if (!m.b.problem.empty()) j["error"] = m.b.problem;
     std::string body = dump(j);
-    if (m.key) status_cache = {m.key->first, m.key->second, body};
+    if (m.key) status_cache.keep(*m.key, body);
     return body;
   };
   routes.metrics = [&] {
@@ -184,7 +188,7 @@ int cmd_serve(const args& a, const gpu_plan& gpus, const std::string& path) {
       gauges = std::move(*m.cached);
     } else {
       gauges = prometheus(m.b, a, path);
-      if (m.key) metrics_cache = {m.key->first, m.key->second, gauges};
+      if (m.key) metrics_cache.keep(*m.key, gauges);
     }
     std::lock_guard<std::mutex> g(view.mu);
     return gauges + view.history_metrics;
