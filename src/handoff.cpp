@@ -283,8 +283,8 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   // Empty now: an rmdir by name can only ever remove an empty directory, so
   // it never takes a staged lock made there again meanwhile (never empty).
   if (out) {
-    auto st = sys::stat_at(t.parent.get(), name, shown);
-    if (st && st->id == own_id) (void)sys::unlink_at(t.parent.get(), name, true, shown);
+    auto left = sys::stat_at(t.parent.get(), name, shown);
+    if (left && left->id == own_id) (void)sys::unlink_at(t.parent.get(), name, true, shown);
   }
   // Woken by its staged directory's move already; the wake channel too, for
   // a waiter that could not watch it.

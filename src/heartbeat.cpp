@@ -71,9 +71,16 @@ class heartbeat_service {
     if (!s->registered) return;
     s->registered = false;
     // A lock released before the thread set up anything for it is dropped
-    // at the thread's next wake, due within kWatchAfterMs of its taking;
-    // one with watches has them dropped now.
-    if (s->watch_tried) sys::notify(wake_w_.get());
+    // here and now (the thread holds its own reference while it works on
+    // it): its descriptors close as the lock lets go of it, and the thread
+    // is not woken. One with watches is the thread's to drop, at once.
+    if (!s->watch_tried) {
+      entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                    [s](const std::shared_ptr<held_state>& e) { return e.get() == s; }),
+                     entries_.end());
+      return;
+    }
+    sys::notify(wake_w_.get());
   }
 
   // fork() copies only the calling thread: the instance mutex is taken around

@@ -572,8 +572,9 @@ bool registry_reader::look(user_dir& ud, const std::string& dir_name, const std:
       return false;
     }
     // A file naming a process of another user (visible in this pid
-    // namespace) is a forgery: only root speaks for others.
-    if (ud.uid != 0)
+    // namespace) is a forgery: only root speaks for others. (In this
+    // user's own directory nothing is gained by one: not looked for.)
+    if (ud.uid != 0 && ud.uid != sys::effective_uid())
       if (auto owner = sys::process_uid(info.rec.pid); owner && *owner != ud.uid) {
         dead();
         return false;

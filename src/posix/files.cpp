@@ -120,10 +120,15 @@ result<file_bytes> read_open(int f, std::size_t cap, const std::string& shown, b
       if (out.bytes.size() >= want) break;
       out.bytes.resize(std::min(want, out.bytes.size() * 2));
     }
-    ssize_t n = retry([&] { return calls.read(f, &out.bytes[got], out.bytes.size() - got); });
+    const std::size_t asked = out.bytes.size() - got;
+    ssize_t n = retry([&] { return calls.read(f, &out.bytes[got], asked); });
     if (n < 0) return sys_error(errno, "read", shown);
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
+    // A short read that reaches the size the file had when it was opened
+    // is its end: no second read to be told so (every look reads a
+    // meta.json, every queue read the entries it has not seen).
+    if (static_cast<std::size_t>(n) < asked && static_cast<std::int64_t>(got) >= st->size) break;
   }
   out.truncated = got > cap;
   out.bytes.resize(std::min(got, cap));
