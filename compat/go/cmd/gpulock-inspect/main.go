@@ -42,9 +42,9 @@ import (
 	"offload-lock/compat/go/gpulock"
 )
 
-// Exit codes, one per outcome.
+// Exit codes, one per outcome; exitHeld is the GPU being busy.
 const (
-	exitHeld  = 0 // the GPU is busy
+	exitHeld  = 0
 	exitFree  = 1
 	exitUsage = 2
 )
