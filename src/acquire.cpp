@@ -6,7 +6,9 @@
 #include "history.hpp"
 #include "inherit.hpp"
 #include "lease_join.hpp"
+#include "offload_lock/lease.hpp"
 #include "offload_lock/slots.hpp"
+#include "os/clock.hpp"
 #include "os/process.hpp"
 #include "plan.hpp"
 
@@ -36,7 +38,36 @@ bool passed_down(const plan& p, local_gate& gate, const target& t) {
   return true;
 }
 
+// take_lease(), reporting the wait as the lock's wait is reported: the
+// lock is held, and a waiting line that stopped while the lease is waited
+// for would look like a hang. The lease is tried at once; while it is busy
+// it is waited for in slices of the progress period, a report after each
+// (the lease looked at again: `changed` when its holder changed). Nothing
+// is held between two slices but the lock, so the slices wait exactly as
+// one wait would, and the last ends when the plan's deadline does.
+error take_lease_reporting(const plan& p, const gpulease::lease_location& loc, held_state& s, std::int64_t began_ms) {
+  if (!p.report.on_progress || p.until.trying()) return take_lease(p, loc, s);
+  const std::int64_t every = p.report.progress_every_ms > 0 ? p.report.progress_every_ms : fallback_poll_ms;
+  plan slice = p;
+  slice.until = deadline::in_ms(0);
+  std::optional<lease_info> last;
+  for (;;) {
+    error e = take_lease(slice, loc, s);
+    if (e != errc::busy && e != errc::timed_out) return e;
+    // The plan's own deadline passed: its outcome, as one wait would end.
+    if (p.until.expired()) return error(errc::timed_out, e.context());
+    wait_progress w;
+    w.lease = inspect_lease(loc.dir);
+    w.waited = milliseconds(sys::monotonic_ms() - began_ms);
+    w.changed = !last || last->pid != w.lease->pid || last->epoch != w.lease->epoch || last->state != w.lease->state;
+    last = w.lease;
+    if (lease_busy(*w.lease)) p.report.on_progress(w);
+    slice.until = deadline::in_ms(p.until.is_forever() ? every : std::min(every, std::max<std::int64_t>(1, p.until.left())));
+  }
+}
+
 result<lock> acquire_one(const plan& p) {
+  const std::int64_t began_ms = sys::monotonic_ms();
   const int k = p.slots.front();
   auto t = open_target(gpu_slot_path(p.base, k));
   if (!t) return t.error();
@@ -71,7 +102,7 @@ result<lock> acquire_one(const plan& p) {
     return held.error();
   }
   if (lease && !lease->shared)
-    if (error lease_failed = take_lease(p, lease->loc, **held)) {
+    if (error lease_failed = take_lease_reporting(p, lease->loc, **held, began_ms)) {
       (void)(*held)->release();
       gate->leave();
       return lease_failed;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "c_api_lease.hpp"
 #include "offload_lock/describe.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
@@ -222,6 +223,7 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
   const int* const allowed = OFFLOAD_LOCK_HAS_FIELD(options, allowed_gpu_count) ? c.allowed_gpus : nullptr;
   const size_t allowed_count = allowed ? c.allowed_gpu_count : 0;
   const int64_t max_hold_ms = OFFLOAD_LOCK_HAS_FIELD(options, max_hold_ms) ? c.max_hold_ms : 0;
+  const char* const lease_class = OFFLOAD_LOCK_HAS_FIELD(options, lease_class) ? c.lease_class : nullptr;
   try {
     if (priority < -100 || priority > 100) {
       copy_out(message, message_len,
@@ -234,6 +236,11 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
     }
     if (max_hold_ms < 0) {
       copy_out(message, message_len, "offload_lock_acquire_ex: negative max_hold_ms");
+      return OFFLOAD_LOCK_INVALID;
+    }
+    const std::string cls = lease_class ? lease_class : "";
+    if (!cls.empty() && cls != "media" && cls != "text") {
+      copy_out(message, message_len, "offload_lock_acquire_ex: lease_class '" + cls + "' (media or text)");
       return OFFLOAD_LOCK_INVALID;
     }
     ol::lock_options o;
@@ -254,6 +261,7 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
     o.priority = priority;
     o.expected = ol::milliseconds(expect_ms);
     o.max_hold = ol::milliseconds(max_hold_ms);
+    o.lease_class = cls;
     if (c.on_progress) {
       o.progress_every = ol::milliseconds(c.progress_every_ms);
       offload_lock_progress_fn fn = c.on_progress;
@@ -261,7 +269,10 @@ extern "C" int offload_lock_acquire_ex(const offload_lock_options* options, offl
       o.on_progress = [fn, user](const ol::wait_progress& p) {
         std::vector<offload_lock_info_ex> hs(p.holders.size());
         for (std::size_t k = 0; k < hs.size(); ++k) fill(hs[k], p.holders[k]);
-        offload_lock_progress cp{p.waited.count(), p.changed ? 1 : 0, hs.size(), hs.data(), p.position};
+        offload_lock_lease_info lease{};
+        if (p.lease) ol::detail::fill_c_lease(lease, *p.lease);
+        offload_lock_progress cp{p.waited.count(), p.changed ? 1 : 0, hs.size(), hs.data(), p.position,
+                                 p.lease ? &lease : nullptr};
         fn(&cp, user);
       };
     }

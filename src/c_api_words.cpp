@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "c_api_lease.hpp"
 #include "offload_lock/describe.hpp"
 #include "offload_lock/gpus.hpp"
 #include "offload_lock/lock.hpp"
@@ -181,6 +182,7 @@ extern "C" size_t offload_lock_describe_wait(const offload_lock_progress* progre
     p.position = progress->position;
     for (size_t k = 0; progress->holders && k < progress->holder_count; ++k)
       p.holders.push_back(info_of(progress->holders[k]));
+    if (progress->lease) p.lease = ol::detail::lease_of_c(*progress->lease);
     const std::string base = path_or_default(path);
     return put(ol::describe_wait(p, base, ol::place_in_line(base)), buf, len);
   } catch (const std::exception&) {

@@ -135,8 +135,23 @@ wait_place place_in_line(const std::string& path) {
   return {};
 }
 
+std::string describe_lease_holder(const lease_info& i) {
+  std::string s = (i.lease_class.empty() ? std::string("unclassed") : i.lease_class) + " lease (pid " +
+                  std::to_string(i.pid) + ", epoch " + std::to_string(i.epoch);
+  if (!i.reason.empty()) s += ", reason \"" + i.reason + "\"";
+  if (!i.origin.empty()) s += ", origin \"" + i.origin + "\"";
+  return s + ")";
+}
+
 std::string describe_wait(const wait_progress& p, const std::string& base, const wait_place& place) {
   std::string s;
+  if (p.lease) {
+    // The lock is this waiter's already: only the lease keeps it waiting.
+    const lease_info& l = *p.lease;
+    if (l.state == lease_state::unknown) return "the gpulease lease, which cannot be judged (" + l.why + ")";
+    if (l.in_progress || l.pid == 0) return "the gpulease lease, whose claim is being written";
+    return "the gpulease lease: " + describe_lease_holder(l) + ", held for " + describe_duration(l.held_for);
+  }
   if (p.holders.size() == 1) {
     const info& i = p.holders[0];
     s = describe_holder(i) + ", held for " + describe_duration(i.held_for);

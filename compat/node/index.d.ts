@@ -225,6 +225,13 @@ export interface GpuDevice {
 
 /** One GPU slot of {@link LockStatus}. */
 export interface SlotStatus extends LockInfo {
+  /**
+   * Someone has the GPU: the lock is held, or (slot 0, the plain lock) the gpulease lease that every
+   * acquisition of it also takes is held, which `held` alone does not say.
+   */
+  busy: boolean;
+  /** What keeps it busy: 'lock', 'gpulease' (the lock itself is free), or null when free. */
+  busyBy: 'lock' | 'gpulease' | null;
   gpu: number;
   /** null without nvidia-smi or when it does not know the GPU. */
   device: GpuDevice | null;

@@ -357,7 +357,9 @@ export async function withGpuLock(opts, fn) {
 
 // `offload-lock --json status` as an object: path, held, pid, startedAt,
 // heldForMs, label, host, token, stale, ownerUid, v1Stale, otherPidNamespace,
-// gpu, device, priority, expectMs, freeInMs, yieldRequested, slots,
+// busy and busyBy (the GPU is taken: by its lock, or by the gpulease lease
+// that goes with it while the lock is free), gpu, device, priority,
+// expectMs, freeInMs, yieldRequested, slots,
 // waiters (the offload-lock processes queued for the lock, in the order they
 // will be served, each with its position, priority, expectMs and etaMs), and
 // gpulease (the gpulease lease and its holder; null where no gpulease root
@@ -365,7 +367,7 @@ export async function withGpuLock(opts, fn) {
 export function inspect(lockPath) {
   const bin = findBinary();
   const r = spawnSync(bin, [...lockArgs(lockPath), '--json', 'status'], { encoding: 'utf8' });
-  // status exits ok when the lock is held and busy when it is free.
+  // status exits ok when the GPU is taken and busy when it is free.
   if (r.error || (r.status !== exitCodes.ok && r.status !== exitCodes.busy)) throw cliError('status', r);
   try {
     return JSON.parse(r.stdout);

@@ -62,6 +62,11 @@ OFFLOAD_LOCK_API std::string describe_holder(const info& i);
 // the parentheses): the command adds who owns the directory there.
 OFFLOAD_LOCK_API std::string describe_state(const info& i, const std::string& more = {});
 
+// The holder of a gpulease lease (lease.hpp): "media lease (pid 4242,
+// epoch 17, reason "render", origin "batch")", the reason and origin only
+// when the claim gives them; "unclassed lease" without a class.
+OFFLOAD_LOCK_API std::string describe_lease_holder(const lease_info& i);
+
 // This waiter's place in its lock's queue, as `status` shows it (the
 // registry's entry of this process): position 1 is next, 0 unknown; the ETA
 // nullopt when unknown.
@@ -78,7 +83,10 @@ OFFLOAD_LOCK_API wait_place place_in_line(const std::string& path);
 // What a wait is for, as the waiting line says it after "waiting for ":
 // "render (pid 4534, host gpu1), held for 5m12s; #2 in line, ETA ~20m", or
 // for several GPU slots "any of 2 GPUs: gpu0 A (pid 1) 3s; gpu1 B (pid 2)
-// 9s". The place comes from `place` (its position, else the progress's);
+// 9s"; while the lock is held and the gpulease lease is waited for (the
+// progress's lease), "the gpulease lease: HOLDER, held for 5m12s", the
+// holder as describe_lease_holder names it. The place comes from `place`
+// (its position, else the progress's);
 // "; #N in line" only when known, ", ETA ~D" only with it. `base` is the
 // lock's path (slot 0's), used to name the slots. Pure but for the holders'
 // names (describe_holder).

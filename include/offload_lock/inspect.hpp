@@ -10,6 +10,7 @@
 #include <string>
 
 #include "offload_lock/export.h"
+#include "offload_lock/lease.hpp"
 
 namespace offload_lock {
 
@@ -112,6 +113,37 @@ OFFLOAD_LOCK_API info inspect(const std::string& path, milliseconds ttl = defaul
 // - Reclaims nothing, changes nothing. Errors as inspect(). Thread-safe.
 OFFLOAD_LOCK_API info wait_free(const std::string& path, milliseconds wait,
                                 milliseconds poll = std::chrono::seconds(1), milliseconds ttl = default_ttl);
+
+// The GPU of a plain lock (or of its slot 0) as a whole: the lock, and the
+// gpulease lease that every acquisition of it also takes where the
+// upstream's current runners keep one (lease.hpp, joined_lease()). A
+// gpulease holder has the GPU though the lock is free: whether "the card is
+// free" is busy(), not lock.held.
+struct gpu_view {
+  info lock;
+  std::optional<lease_info> lease;  // nullopt where acquisitions take no lease
+  // Someone has the GPU: the lock is held, or the lease is held or cannot
+  // be judged (lease_busy).
+  bool busy() const noexcept { return lock.held || (lease && lease_busy(*lease)); }
+};
+
+// inspect() of the lock at `path` (the plain lock, or slot 0's path), and
+// joined_lease(). Never blocks; changes nothing. Errors as inspect().
+OFFLOAD_LOCK_API gpu_view inspect_gpu(const std::string& path, milliseconds ttl = default_ttl);
+
+// wait_free() for the GPU as a whole: waits until neither the lock at
+// `path` nor the joined lease keeps it (busy() is false), or `wait` has
+// passed, and returns the last look (busy() is true only when the wait ran
+// out, or lock.problem says why it could not look).
+// - Blocks up to `wait`: 0 or negative looks once; wait_forever never gives up.
+// - Wakes at once on the lock's removal and its holder's death (as
+//   wait_free), and on a change in the lease directory and the lease
+//   holder's death; `poll` (at least 1 ms) bounds each sleep, which is also
+//   how soon a lease that goes stale by time alone (its heartbeat and
+//   window both over) is seen.
+// - Reclaims nothing, changes nothing. Thread-safe.
+OFFLOAD_LOCK_API gpu_view wait_gpu_free(const std::string& path, milliseconds wait,
+                                        milliseconds poll = std::chrono::seconds(1), milliseconds ttl = default_ttl);
 
 // A duration for people: "850ms", "42s", "5m12s", "2h03m". Pure.
 OFFLOAD_LOCK_API std::string describe_duration(milliseconds d);

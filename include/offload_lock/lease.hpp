@@ -38,6 +38,10 @@ struct lease_place {
   bool exists = false;
   // Why gpulease refuses this path (a cloud-sync folder), "" when it accepts it.
   std::string refused;
+  // offload-lock's acquisitions of a plain lock take this lease too (it
+  // exists, a state root rule placed it, gpulease accepts it): the lease
+  // joined_lease() judges, which makes the GPU busy whatever the lock says.
+  bool joined = false;
 };
 
 // Places the lease from the environment (GPU_LOCK, OFFLOAD_LOCK_LEASE_ROOT,
@@ -83,6 +87,21 @@ struct lease_info {
 // calls. A missing directory is free; one that cannot be read is unknown,
 // with why saying what failed. Thread-safe; safe in a forked child.
 OFFLOAD_LOCK_API lease_info inspect_lease(const std::string& dir);
+
+// Whether `i` keeps the GPU from being taken: held, or unknown (a lease
+// that cannot be judged is never taken over, so an acquisition waits for
+// it as for a holder). Pure.
+OFFLOAD_LOCK_API bool lease_busy(const lease_info& i) noexcept;
+
+// The lease that offload-lock's acquisitions of a plain lock (or of its GPU
+// slot 0) also take (doc/protocol-gpulease.md, "Every acquisition holds
+// both"), judged now; nullopt where they take none: no gpulease state root
+// exists (OFFLOAD_LOCK_LEASE_ROOT, LOCAL_OFFLOAD_STATE_DIR, or
+// /var/lib/local-offload), GPU_LOCK places the lease (a directory both
+// protocols would share), or gpulease refuses the path. Placed from the
+// environment and the working directory; one open, then inspect_lease().
+// Changes nothing. Thread-safe against everything but a concurrent setenv.
+OFFLOAD_LOCK_API std::optional<lease_info> joined_lease();
 
 }  // namespace offload_lock
 

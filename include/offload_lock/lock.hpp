@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,10 @@ struct wait_progress {
   // This waiter's place in the lock's queue: 1 is next; 0 when unknown (a
   // wait among several slots, or one that is not queued).
   int position = 0;
+  // Set while the lock is held and the acquisition waits for the gpulease
+  // lease that goes with it (lease.hpp): that lease, as last seen; holders
+  // is then empty and changed says its holder changed.
+  std::optional<lease_info> lease;
 };
 
 struct lock_options {

@@ -107,6 +107,11 @@ typedef struct offload_lock_progress {
      OFFLOAD_LOCK_NO_REGISTER). The library allocates this struct, so
      fields are only ever appended. */
   int position;
+  /* Since 0.3. While the lock is held and the acquisition waits for the
+     gpulease lease that goes with it (doc/protocol-gpulease.md): that
+     lease as last seen (holder_count is then 0, and changed says its
+     holder changed); NULL otherwise. Valid only during the call. */
+  const struct offload_lock_lease_info* lease;
 } offload_lock_progress;
 
 typedef void (*offload_lock_progress_fn)(const offload_lock_progress* progress, void* user);
@@ -191,6 +196,12 @@ typedef struct offload_lock_options {
      released by the library: the holder decides. Needs the heartbeat for
      the call. */
   int64_t max_hold_ms;
+  /* The class recorded in the gpulease lease taken with the lock, where
+     current upstream runners keep one (doc/protocol-gpulease.md): "media"
+     (the default; also for NULL or "") or "text" (a job that measures the
+     card, under which models must not be unloaded); anything else is
+     OFFLOAD_LOCK_INVALID. */
+  const char* lease_class;
 } offload_lock_options;
 
 /* Defaults: wait forever, default path, TTL and label, one GPU, no cancel
@@ -489,6 +500,17 @@ int offload_lock_lease_find(const char* explicit_dir, offload_lock_lease_place* 
    places it) now. Never blocks on the lease; changes nothing. Since 0.3.
    OFFLOAD_LOCK_OK, or OFFLOAD_LOCK_INVALID for a NULL info. */
 int offload_lock_lease_inspect(const char* dir, offload_lock_lease_info* info);
+
+/* The lease offload-lock's acquisitions of a plain lock (or of GPU slot 0)
+   also take, judged now, as offload_lock::joined_lease: *joined is 1 and
+   *info filled where they take one, *joined 0 (and *info zeroed) where
+   they take none (no gpulease state root, GPU_LOCK placing the lease, a
+   path gpulease refuses). *busy (when `busy` is not NULL): 1 when that
+   lease keeps the GPU taken (held, or unknown), so that the GPU is busy
+   whatever its lock says. Never blocks on the lease; changes nothing.
+   Since 0.3. OFFLOAD_LOCK_OK, or OFFLOAD_LOCK_INVALID for a NULL info or
+   joined. */
+int offload_lock_lease_joined(offload_lock_lease_info* info, int* joined, int* busy);
 
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop

@@ -25,6 +25,13 @@ ojson ms_or_null(const std::optional<milliseconds>& d) { return d ? ojson(d->cou
 
 int slot_of(const args& a, std::size_t index) { return a.gpu >= 0 ? a.gpu : static_cast<int>(index); }
 
+bool board::busy_by_lease(std::size_t k) const {
+  return k < slots.size() && !slots[k].held && k < slot_numbers.size() && slot_numbers[k] == 0 &&
+         lease_keeps_gpu(gpulease);
+}
+
+bool board::busy(std::size_t k) const { return (k < slots.size() && slots[k].held) || busy_by_lease(k); }
+
 board look(const args& a, const gpu_plan& gpus, const std::string& path,
            const std::optional<std::vector<gpu_device>>& usage) {
   board b;
@@ -48,7 +55,9 @@ board look(const args& a, const gpu_plan& gpus, const std::string& path,
     b.devices.push_back(device_of_slot(usage, k, i));
     b.slots.push_back(std::move(i));
     b.counts.push_back(counts);
+    b.slot_numbers.push_back(k);
   }
+  b.gpulease = look_lease_board();
   // Read again after the holders: the ETAs the library gives are then as of
   // a moment no earlier than the holders' expected free times shown.
   b.waiters = waiters(path);
@@ -76,6 +85,7 @@ board aged(board b, milliseconds elapsed) {
   }
   for (auto& p : b.places)
     if (p.eta) p.eta = down(*p.eta);
+  if (b.gpulease && b.gpulease->info.state == lease_state::held) b.gpulease->info.held_for += elapsed;
   return b;
 }
 
@@ -121,8 +131,12 @@ std::string render(const board& b, const args& a) {
   std::string out;
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     if (b.multi) out += "gpu" + std::to_string(slot_of(a, k)) + ": ";
-    out += status_line(b.slots[k]) + expectation(b.slots[k]) + max_hold_text(b.slots[k]) +
-           idle_text(b.slots[k], milliseconds(0)) + yield_text(b.slots[k]) + "\n";
+    // The lock is free but a gpulease holder has the GPU: that is what
+    // this line answers, as the exit status does.
+    if (b.busy_by_lease(k)) out += lease_busy_line(*b.gpulease, status_line(b.slots[k])) + "\n";
+    else
+      out += status_line(b.slots[k]) + expectation(b.slots[k]) + max_hold_text(b.slots[k]) +
+             idle_text(b.slots[k], milliseconds(0)) + yield_text(b.slots[k]) + "\n";
     if (b.devices[k]) out += device_text(*b.devices[k]);
   }
   // A waiter's label and host are its own words: escaped like the holder's.
@@ -170,16 +184,25 @@ ojson waiter_json(const waiter& w, const place& p) {
   return j;
 }
 
+// Whether the GPU of slot `k` is busy, and by what: "lock", "gpulease"
+// (its lock is free, but the gpulease lease keeps it), or null.
+void add_busy(ojson& j, const board& b, std::size_t k) {
+  j["busy"] = b.busy(k);
+  j["busyBy"] = b.slots[k].held ? ojson("lock") : b.busy_by_lease(k) ? ojson("gpulease") : ojson();
+}
+
 }  // namespace
 
 ojson board_json(const board& b, const args& a) {
   ojson j = to_json(b.slots.front());
+  add_busy(j, b, 0);
   j["gpu"] = slot_of(a, 0);
   j["device"] = device_json(b.devices.front());
   add_expectation(j, b.slots.front());
   ojson slots = ojson::array();
   for (std::size_t k = 0; k < b.slots.size(); ++k) {
     ojson s = to_json(b.slots[k]);
+    add_busy(s, b, k);
     s["gpu"] = slot_of(a, k);
     s["device"] = device_json(b.devices[k]);
     add_expectation(s, b.slots[k]);
@@ -191,7 +214,7 @@ ojson board_json(const board& b, const args& a) {
   j["waiters"] = std::move(ws);
   // The gpulease lease of current upstream runners (null where no root
   // exists): in every view of the object, status, --watch and serve alike.
-  j["gpulease"] = lease_json(look_lease_board());
+  j["gpulease"] = lease_json(b.gpulease);
   return j;
 }
 
@@ -231,6 +254,9 @@ std::string prometheus(const board& b, const args& a, const std::string& path) {
       out += "offload_lock_holder_info" + l + ",label=" + prom_quote(b.slots[k].label) + ",host=" +
              prom_quote(b.slots[k].host) + "} 1\n";
     }
+  family("offload_lock_busy",
+         "1 when the GPU of the lock (slot) is taken: its lock is held, or the gpulease lease that goes with it.");
+  for (std::size_t k = 0; k < b.slots.size(); ++k) out += "offload_lock_busy" + labels(k) + (b.busy(k) ? " 1\n" : " 0\n");
   family("offload_lock_holder_idle", "1 when the holder's GPU has shown it idle for the site policy's idleAfter, else 0.");
   for (std::size_t k = 0; k < b.slots.size(); ++k)
     if (b.slots[k].held) out += "offload_lock_holder_idle" + labels(k) + (b.slots[k].idle_since ? " 1\n" : " 0\n");
@@ -275,6 +301,10 @@ std::string shape_of(const board& b) {
          (i.yield_requested ? std::to_string(i.yield_requested->pid) : "") + "|" +
          (i.idle_since ? std::to_string(*i.idle_since) : "") + ";";
   for (const auto& w : b.waiters) s += std::to_string(w.pid) + "@" + std::to_string(w.since) + ";";
+  if (b.gpulease) {
+    const lease_info& l = b.gpulease->info;
+    s += std::string("lease:") + to_string(l.state) + "|" + std::to_string(l.pid) + "|" + std::to_string(l.epoch) + ";";
+  }
   for (const auto& d : b.devices)
     if (d)
       for (const auto& p : d->processes)

@@ -10,6 +10,7 @@
 
 #include "cli/args.hpp"
 #include "cli/gpus.hpp"
+#include "cli/lease_view.hpp"
 #include "cli/output.hpp"
 #include "offload_lock/lock.hpp"
 
@@ -34,6 +35,15 @@ struct board {
   // command was asked about, always; a slot found beside the lock only when
   // it is a lock (another user's `touch <lock>.gpu1` is not a free GPU).
   std::vector<bool> counts;
+  // The gpulease lease of current upstream runners, where a root exists
+  // (nullopt elsewhere). Where offload-lock's acquisitions take it too, it
+  // keeps slot 0's GPU busy while it is held, whatever the lock says.
+  std::optional<lease_board> gpulease;
+  // Per slot: whether the GPU is busy, by its lock or (slot 0) the lease.
+  bool busy(std::size_t k) const;
+  // Per slot: the lease, not the lock, keeps it busy.
+  bool busy_by_lease(std::size_t k) const;
+  std::vector<int> slot_numbers;  // each slot's number (slot_of)
 };
 
 // The slot shown at `index` (--gpu K shows K alone).

@@ -1,5 +1,5 @@
-// The commands of offload-lock: path, status, acquire, release, run, hold
-// and wait-free over the library. See commands.hpp.
+// The commands of offload-lock: path, status, acquire, release, run and
+// hold over the library (wait-free: wait_free.cpp). See commands.hpp.
 #include "cli/commands.hpp"
 
 #include <cstdint>
@@ -490,41 +490,6 @@ int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
     return exit_max_hold;
   }
   return exit_ok;
-}
-
-int cmd_wait_free(const args& a, const std::string& path) {
-  info i;
-  // --within: a holder that declared it will stay longer than that is
-  // answered at once rather than after --wait.
-  bool too_long = false;
-  if (a.within) {
-    i = inspect(path, a.ttl);
-    too_long = i.held && i.expected_free_in && *i.expected_free_in > *a.within;
-    if (!too_long) i = wait_free(path, a.wait.value_or(wait_forever), a.poll, a.ttl);
-  } else {
-    i = wait_free(path, a.wait.value_or(wait_forever), a.poll, a.ttl);
-  }
-  if (!i.problem.empty()) {
-    say(i.problem);
-    return exit_system;
-  }
-  // Why it exits 1: the holder will stay longer than --within, or the wait
-  // ran out; a script tells the two apart by the message or by the JSON.
-  std::string why;
-  if (i.held && too_long)
-    why = "not free within " + describe_duration(*a.within) + ": " + path + " is " + status_line(i) +
-          " and expects to be free in ~" + describe_duration(*i.expected_free_in);
-  else if (i.held)
-    why = "timed out: " + path + " is " + status_line(i);
-  if (a.json) {
-    ojson j = to_json(i);
-    j["expectMs"] = i.held && i.expected.count() > 0 ? ojson(i.expected.count()) : ojson();
-    j["freeInMs"] = !i.held ? ojson(0) : i.expected_free_in ? ojson(i.expected_free_in->count()) : ojson();
-    j["tooLong"] = i.held && too_long;
-    std::cout << dump(j) << "\n";
-  }
-  if (!why.empty() && !a.quiet) say(why);
-  return i.held ? exit_busy : exit_ok;
 }
 
 }  // namespace offload_lock::cli

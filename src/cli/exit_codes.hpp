@@ -36,8 +36,8 @@ struct outcome {
 inline constexpr std::array<outcome, 6> outcomes = {{
     {"ok", 0, {}, {{{"OFFLOAD_LOCK_OK", 0}, {}}},
      "done. `acquire`, `hold`: taken (`hold`: and kept untouched to the end); `release`: released, or "
-     "already free; `status`: held (with several GPUs, every slot shown); `wait-free`: free; `doctor`: "
-     "all well; `path`, `help`: always"},
+     "already free; `status`: held (with several GPUs, every slot shown; a gpulease holder counts, below); "
+     "`wait-free`: free (the lease too); `doctor`: all well; `path`, `help`: always"},
     {"busy", 1, {errc::busy, errc::timed_out}, {{{"OFFLOAD_LOCK_BUSY", 1}, {"OFFLOAD_LOCK_TIMED_OUT", 2}}},
      "busy. `acquire`, `hold`: still held by someone else when `--wait` ended (at once with `--wait 0`), "
      "or `hold`'s stdin closed while it waited; `run`: the same, unless `--busy-exit N`; `status`: free "

@@ -38,6 +38,7 @@ void live_feed::refresh() {
     usage_ = gpu_usage();
     asked_ = now;
   }
+  lease_watch_.arm(find_lease());  // the gpulease lease's directory, where a root exists
   board_ = look(a_, gpus_, path_, usage_);
   looked_at_ = std::chrono::steady_clock::now();
   if (history_dirty_ || (!history_kept_ && history_watch_.watching())) {
@@ -48,6 +49,7 @@ void live_feed::refresh() {
   for (const auto& i : board_.slots)
     if (i.held && i.pid) pids.push_back(*i.pid);
   for (const auto& w : board_.waiters) pids.push_back(w.pid);
+  if (const auto p = lease_watch::holder_pid(board_.gpulease)) pids.push_back(p);
   const auto armed = watch_.arm_processes(pids);
   pids_watched_ = armed == change_watch::processes::watched;
   // One of them exited between the look and the watch: look again at once.
@@ -73,9 +75,12 @@ bool live_feed::wait(const std::vector<int>& extra_fds) {
     if (i.held) timeout = std::min<std::int64_t>(timeout, std::max<std::int64_t>(1, a_.ttl.count() - i.age.count()));
     else if (i.present) timeout = std::min<std::int64_t>(timeout, kFallbackMs);
   }
+  if (const auto l = lease_watch_.timeout_ms(board_.gpulease); l >= 0) timeout = std::min(timeout, l);
   std::vector<int> fds = extra_fds;
   if (history_watch_.fd() >= 0) fds.push_back(history_watch_.fd());
-  const bool changed = watch_.wait(milliseconds(timeout), fds);
+  if (lease_watch_.fd() >= 0) fds.push_back(lease_watch_.fd());
+  bool changed = watch_.wait(milliseconds(timeout), fds);
+  if (lease_watch_.drain()) changed = true;
   const auto ev = history_watch_.drain();
   if (ev.any || ev.gone) {
     read_history();

@@ -1,9 +1,11 @@
 // What a live view (`top`, `serve`) shows, kept up to date by events: the
-// board (holders and queue) and the recent entries of the history. It
-// sleeps in the kernel on the lock's parent and registry (change_watch),
-// on pidfds of the holders and waiters, and on the history directory
-// (appends included); timers only where the board can change by time alone
-// (a TTL or grace running out) or a watch is missing.
+// board (holders and queue, and the gpulease lease where a root exists)
+// and the recent entries of the history. It sleeps in the kernel on the
+// lock's parent and registry (change_watch), on pidfds of the holders,
+// waiters and the lease's holder, on the lease directory and on the history
+// directory (appends included); timers only where the board can change by
+// time alone (a TTL or grace running out, a lease whose heartbeat and
+// window run out) or a watch is missing.
 #ifndef OFFLOAD_LOCK_SRC_CLI_FEED_HPP
 #define OFFLOAD_LOCK_SRC_CLI_FEED_HPP
 
@@ -15,6 +17,7 @@
 
 #include "cli/board.hpp"
 #include "cli/history_summary.hpp"
+#include "cli/lease_watch.hpp"
 #include "offload_lock/watch.hpp"
 #include "posix/dir_watch.hpp"
 
@@ -57,6 +60,7 @@ class live_feed {
   std::size_t recent_n_;
   change_watch watch_;
   os::dir_watch history_watch_;
+  lease_watch lease_watch_;
   board board_;
   std::chrono::steady_clock::time_point looked_at_{};
   std::optional<std::vector<gpu_device>> usage_;

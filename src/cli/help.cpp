@@ -26,10 +26,13 @@ const std::map<std::string, std::string>& helps() {
        "  free time when it declared a duration), one per waiting offload-lock process in the order\n"
        "  the lock serves them, with position, priority and ETA. Under each slot, the GPU as nvidia-smi reports it:\n"
        "  memory used and total, utilization, and each process on it, with or without the lock.\n"
-       "  Exit 0 when held (every slot held, with several GPUs), 1 when free. With --json, one\n"
-       "  object: path, held, pid, startedAt, heldForMs, label, host, token, stale, ownerUid, gpu,\n"
-       "  device (null, or index, uuid, name, memoryUsedMiB, memoryTotalMiB, utilizationPct,\n"
-       "  processes: pid, name, memoryMiB, holdsLock), slots (one such object per GPU slot) and\n"
+       "  Exit 0 when held (every slot held, with several GPUs), 1 when free. Where a gpulease\n"
+       "  root exists, a gpulease holder keeps the GPU (slot 0) busy though its lock is free: the\n"
+       "  first line names it and the exit status is 0. With --json, one object: path, held (the\n"
+       "  lock), busy and busyBy (the GPU: lock, gpulease or null), pid, startedAt, heldForMs,\n"
+       "  label, host, token, stale, ownerUid, gpu, device (null, or index, uuid, name,\n"
+       "  memoryUsedMiB, memoryTotalMiB, utilizationPct, processes: pid, name, memoryMiB,\n"
+       "  holdsLock), slots (one such object per GPU slot), gpulease (null where no root exists) and\n"
        "  waiters (pid, label, host, since, waitedMs, gpu, gpus, position, priority, expectMs,\n"
        "  etaMs), and for the holder priority, expectMs, freeInMs and yieldRequested.\n"
        "  --watch       redraw whenever the holder or the queue changes, until interrupted; with\n"
@@ -137,10 +140,12 @@ const std::map<std::string, std::string>& helps() {
        "  command's help (as offload-lock COMMAND --help).\n"},
       {"wait-free",
        "offload-lock wait-free [-w|--wait DUR] [--poll DUR] [--within DUR]\n"
-       "  Exit 0 as soon as the lock is free, 1 if still held when --wait ends. Wakes on the lock's\n"
-       "  removal and its holder's death; --poll (default 1s) is the re-check period where the file\n"
-       "  system gives no notifications. --within DUR: exit 1 at once when the holder declared\n"
-       "  that it will keep the lock longer than DUR from now.\n"},
+       "  Exit 0 as soon as the GPU is free, 1 if still held when --wait ends: the lock, and where\n"
+       "  a gpulease root exists the gpulease lease every acquisition also takes. Wakes on the\n"
+       "  lock's removal, the lease's release and either holder's death; --poll (default 1s) is\n"
+       "  the re-check period where the file system gives no notifications, and how soon a lease\n"
+       "  that goes stale by time alone is seen. --within DUR: exit 1 at once when the lock's\n"
+       "  holder declared that it will keep the lock longer than DUR from now.\n"},
   };
   return h;
 }

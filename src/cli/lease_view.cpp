@@ -1,6 +1,7 @@
 // The gpulease lease on the command's screens. See lease_view.hpp.
 #include "cli/lease_view.hpp"
 
+#include "offload_lock/describe.hpp"
 #include "offload_lock/inspect.hpp"
 #include "offload_lock/path.hpp"
 #include "posix/os.hpp"
@@ -15,13 +16,7 @@ std::int64_t wall_now_ms() {
       .count();
 }
 
-std::string holder_text(const lease_info& i) {
-  std::string s = (i.lease_class.empty() ? std::string("unclassed") : i.lease_class) + " lease (pid " +
-                  std::to_string(i.pid) + ", epoch " + std::to_string(i.epoch);
-  if (!i.reason.empty()) s += ", reason \"" + i.reason + "\"";
-  if (!i.origin.empty()) s += ", origin \"" + i.origin + "\"";
-  return s + ")";
-}
+std::string holder_text(const lease_info& i) { return describe_lease_holder(i); }
 
 std::string window_text(const lease_info& i) {
   const std::int64_t left = i.expires_at_ms - wall_now_ms();
@@ -50,6 +45,18 @@ std::optional<lease_board> look_lease_board() {
   if (!b.place.exists) return std::nullopt;
   b.info = inspect_lease(b.place.dir);
   return b;
+}
+
+bool lease_keeps_gpu(const std::optional<lease_board>& b) { return b && b->place.joined && lease_busy(b->info); }
+
+std::string lease_busy_line(const lease_board& b, const std::string& lock_line) {
+  const lease_info& i = b.info;
+  std::string s;
+  if (i.state == lease_state::unknown) s = "held: the gpulease lease cannot be judged (" + i.why + ")";
+  else if (i.in_progress) s = "held by a gpulease holder whose claim is being written";
+  else s = "held by a gpulease holder: " + holder_text(i) + " for " + describe_duration(i.held_for) + ", " + window_text(i);
+  // The lock's own line is escaped already.
+  return printable(s) + "; the lock itself is " + lock_line;
 }
 
 std::string lease_text(const lease_board& b) {

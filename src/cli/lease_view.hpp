@@ -22,6 +22,16 @@ struct lease_board {
 // The lease now, or nullopt where no gpulease root exists.
 std::optional<lease_board> look_lease_board();
 
+// Whether the lease keeps the GPU of the plain lock (slot 0) busy: the
+// acquisitions take it (place.joined) and it is held or cannot be judged.
+bool lease_keeps_gpu(const std::optional<lease_board>& b);
+
+// The first line of `status` for a GPU whose lock is free while the lease
+// keeps it: "held by a gpulease holder: media lease (pid 4242, epoch 17,
+// reason "render") for 5m12s, window ends in 54m48s; the lock itself is
+// free", escaped. `lock_line` is what the lock's own line would say.
+std::string lease_busy_line(const lease_board& b, const std::string& lock_line);
+
 // "gpulease: held by media lease (pid 4242, epoch 17, reason "render") for
 // 5m12s, window ends in 54m48s (/var/lib/local-offload/gpu/lease)", escaped.
 std::string lease_text(const lease_board& b);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/lease_view.hpp"
 #include "cli/output.hpp"
 #include "offload_lock/describe.hpp"
 #include "posix/terminal.hpp"
@@ -47,6 +48,11 @@ std::string progress_line(const wait_progress& p, const wait_place& place, int& 
   ojson hs = ojson::array();
   for (const auto& h : p.holders) hs.push_back(holder_json(h));
   j["holders"] = std::move(hs);
+  // The lock is held: the gpulease lease is what it waits for (null
+  // otherwise), as `status --json` shows the lease.
+  std::optional<lease_board> lease;
+  if (p.lease) lease = lease_board{find_lease(), *p.lease};
+  j["gpulease"] = lease_json(lease);
   // ensure_ascii: DEL and everything above it escaped too.
   return j.dump(-1, ' ', true, ojson::error_handler_t::replace) + "\n";
 }

@@ -5,7 +5,9 @@
 // per line at those same moments:
 //   {"event":"waiting","changed":B,"waitedMs":N,"position":P|null,
 //    "etaMs":E|null,"holders":[{...the --json object of each lock waited
-//    for, plus "priority","expectMs","freeInMs"}]}
+//    for, plus "priority","expectMs","freeInMs"}],"gpulease":null|{...}}
+// (gpulease: once the lock is held and the gpulease lease that goes with it
+// is waited for, that lease as `status --json` shows it, holders empty)
 // (position 1 is next; null when unknown; etaMs as `status` gives this
 // waiter's ETA; freeInMs counts down as heldForMs counts up). The line
 // names the place too: "waiting 12s for X (pid N), held for 3m; #2 in

@@ -4,7 +4,9 @@
 // the server's thread answers the requests from that board, aged to the
 // moment of the request (only the durations can have moved since: the
 // watching thread looks again at every change), so an answer costs no look
-// at the lock however many clients ask.
+// at the lock however many clients ask; and /status.json and /metrics keep
+// their last answer for as long as the board and its age in whole
+// milliseconds are the same, so most answers under load cost no JSON either.
 #include "cli/serve.hpp"
 
 #include <atomic>
@@ -40,6 +42,7 @@ struct shared_view {
   // every change, so nothing but the durations can have moved).
   std::optional<board> seen;
   std::chrono::steady_clock::time_point seen_at;
+  std::uint64_t seen_version = 0;  // bumped with each new `seen`
   std::vector<history_entry> recent;
   bool history_kept = false;
 };
@@ -128,14 +131,65 @@ int cmd_serve(const args& a, const gpu_plan& gpus, const std::string& path) {
     }
     return look(a, gpus, path, usage);  // before the first look of the watching thread
   };
+  // An answer depends on the board seen and on how many whole milliseconds
+  // it has aged by (every duration in it is in ms): the same pair gives the
+  // same bytes, so each is made once and kept until either moves. Under
+  // many clients most requests then cost no JSON at all. (The server's one
+  // thread alone reads and writes these.)
+  using answer_key = std::pair<std::uint64_t, std::int64_t>;  // the board's version, its age in ms
+  struct answer_cache {
+    std::optional<answer_key> key;
+    std::string body;
+    bool hit(std::uint64_t v, std::int64_t ms) const { return key && key->first == v && key->second == ms; }
+    void keep(const answer_key& k, const std::string& b) {
+      key = k;
+      body = b;
+    }
+  };
+  answer_cache status_cache, metrics_cache;
+  // The cached answer when it is still the one to give, else the board to
+  // make it from (aged to now) and the key to keep it under.
+  struct made {
+    std::optional<std::string> cached;
+    board b;
+    std::optional<answer_key> key;  // none before the first look
+  };
+  auto answer_from = [&](const answer_cache& cache) {
+    made m;
+    {
+      std::lock_guard<std::mutex> g(view.mu);
+      if (view.seen) {
+        const auto ms = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - view.seen_at);
+        if (cache.hit(view.seen_version, ms.count())) {
+          m.cached = cache.body;
+          return m;
+        }
+        m.key = std::make_pair(view.seen_version, static_cast<std::int64_t>(ms.count()));
+        m.b = aged(*view.seen, ms);
+        return m;
+      }
+    }
+    m.b = fresh();
+    return m;
+  };
   routes.status_json = [&] {
-    board b = fresh();
-    ojson j = board_json(b, a);
-    if (!b.problem.empty()) j["error"] = b.problem;
-    return dump(j);
+    made m = answer_from(status_cache);
+    if (m.cached) return *m.cached;
+    ojson j = board_json(m.b, a);
+    if (!m.b.problem.empty()) j["error"] = m.b.problem;
+    std::string body = dump(j);
+    if (m.key) status_cache.keep(*m.key, body);
+    return body;
   };
   routes.metrics = [&] {
-    const std::string gauges = prometheus(fresh(), a, path);
+    made m = answer_from(metrics_cache);
+    std::string gauges;
+    if (m.cached) {
+      gauges = std::move(*m.cached);
+    } else {
+      gauges = prometheus(m.b, a, path);
+      if (m.key) metrics_cache.keep(*m.key, gauges);
+    }
     std::lock_guard<std::mutex> g(view.mu);
     return gauges + view.history_metrics;
   };
@@ -181,6 +235,7 @@ int cmd_serve(const args& a, const gpu_plan& gpus, const std::string& path) {
         std::lock_guard<std::mutex> g(view.mu);
         view.seen = feed.now();
         view.seen_at = feed.looked_at();
+        ++view.seen_version;
         view.recent = feed.recent();
         view.history_kept = feed.history_kept();
         view.usage = feed.usage();

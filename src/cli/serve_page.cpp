@@ -24,7 +24,7 @@ const char* serve_page_html() {
 </header>
 <section>
 <h2>GPU slots</h2>
-<table id="slots"><thead><tr><th>GPU</th><th>Holder</th><th>Held</th><th>Expected free</th><th>Priority</th></tr></thead><tbody></tbody></table>
+<table id="slots"><thead><tr><th>GPU</th><th>Holder</th><th>Held</th><th>Expected free</th><th>Max hold</th><th>Priority</th></tr></thead><tbody></tbody></table>
 </section>
 <section>
 <h2>Queue</h2>
@@ -91,9 +91,14 @@ const char* serve_page_script() {
       if (s.held) {
         holder = who(s.label, s.pid, s.host);
         if (s.idleForMs !== null && s.idleForMs !== undefined) holder += ', idle for ' + dur(s.idleForMs + moved);
-        if (s.maxHoldInMs !== null && s.maxHoldInMs !== undefined)
-          holder += s.maxHoldInMs - moved > 0 ? ', max hold in ' + dur(s.maxHoldInMs - moved) : ', max hold passed';
         if (s.yieldRequested) holder += ', asked to make way for ' + shown(s.yieldRequested.label);
+      } else if (s.busyBy === 'gpulease' && st.gpulease) {
+        // The lock is free, but a gpulease holder has the GPU.
+        const l = st.gpulease;
+        holder = l.state === 'held' && l.pid
+          ? 'gpulease: ' + shown(l.class || 'unclassed') + ' lease (pid ' + l.pid + ', epoch ' + l.epoch +
+            (l.reason ? ', reason "' + shown(l.reason) + '"' : '') + (l.origin ? ', origin "' + shown(l.origin) + '"' : '') + ')'
+          : 'gpulease: ' + shown(l.why);
       } else if (s.stale) {
         holder = 'free (stale: ' + shown(s.stale) + ')';
       }
@@ -102,8 +107,15 @@ const char* serve_page_script() {
         const left = s.expectMs - s.heldForMs - moved;
         expected = left >= 0 ? 'in ~' + dur(left) : 'overdue by ' + dur(-left);
       }
-      slots.push(row(['gpu' + s.gpu, holder, s.held ? dur(s.heldForMs + moved) : '-', expected,
-                      s.held && s.priority !== null ? String(s.priority) : '-'], s.held ? 'held' : 'free'));
+      let held = s.held ? dur(s.heldForMs + moved) : '-';
+      if (!s.held && s.busyBy === 'gpulease' && st.gpulease && st.gpulease.heldForMs !== null)
+        held = dur(st.gpulease.heldForMs + moved);
+      // As top shows it: what is left of the maximum hold, or that it passed.
+      let maxHold = '-';
+      if (s.held && s.maxHoldInMs !== null && s.maxHoldInMs !== undefined)
+        maxHold = s.maxHoldInMs - moved > 0 ? 'in ' + dur(s.maxHoldInMs - moved) : 'passed';
+      slots.push(row(['gpu' + s.gpu, holder, held, expected, maxHold,
+                      s.held && s.priority !== null ? String(s.priority) : '-'], s.busy ? 'held' : 'free'));
     }
     $('slots').tBodies[0].replaceChildren(...slots);
     const queue = [];

@@ -16,6 +16,7 @@
 #include "cli/history.hpp"
 #include "cli/history_view.hpp"
 #include "cli/lease_view.hpp"
+#include "cli/lease_watch.hpp"
 #include "cli/output.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/watch.hpp"
@@ -43,8 +44,10 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
   // nvidia-smi is asked again at most every few seconds, not on every redraw.
   std::optional<std::vector<gpu_device>> usage;
   std::optional<std::chrono::steady_clock::time_point> asked;
+  lease_watch lease;  // the gpulease lease, where a root exists
   for (;;) {
     const bool dirs_watched = feed.arm_directories();
+    lease.arm(find_lease());
     if (!asked || std::chrono::steady_clock::now() - *asked >= gpu_usage_every) {
       usage = gpu_usage();
       asked = std::chrono::steady_clock::now();
@@ -82,10 +85,16 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
       else if (i.present) timeout = std::min<std::int64_t>(timeout, 1000);
     }
     for (const auto& w : b.waiters) pids.push_back(w.pid);
+    if (const auto p = lease_watch::holder_pid(b.gpulease)) pids.push_back(p);
     auto armed = feed.arm_processes(pids);
     if (armed == change_watch::processes::gone) continue;  // one died since the look
     if (!dirs_watched || armed == change_watch::processes::unwatched) timeout = std::min<std::int64_t>(timeout, 1000);
-    if (!feed.wait(milliseconds(timeout), {signals}) && os::take_signal() != 0) break;
+    if (const auto l = lease.timeout_ms(b.gpulease); l >= 0) timeout = std::min(timeout, l);
+    std::vector<int> fds = {signals};
+    if (lease.fd() >= 0) fds.push_back(lease.fd());
+    const bool changed = feed.wait(milliseconds(timeout), fds);
+    if (lease.drain()) continue;  // the lease's directory changed: look again
+    if (!changed && os::take_signal() != 0) break;
   }
   if (tty && !a.json) std::cout << "\n" << std::flush;
   return exit_ok;
@@ -112,18 +121,18 @@ int print_status(const args& a, const gpu_plan& gpus, const std::string& path) {
               << history_metrics(summarize(path, 0, grouping::gpu, 0, tokens, now_epoch_ms()), path);
     return exit_ok;
   }
-  // The gpulease lease of current upstream runners, where a root exists.
-  const auto lease = look_lease_board();
   if (a.json) {
     std::cout << dump(board_json(b, a)) << "\n";
   } else {
     std::cout << render(b, a) << printable("lock: " + path) << "\n";
-    if (lease) std::cout << lease_text(*lease) << "\n";
+    // The gpulease lease of current upstream runners, where a root exists.
+    if (b.gpulease) std::cout << lease_text(*b.gpulease) << "\n";
   }
-  bool all_held = true;
+  // 0 when every GPU asked about is taken, by its lock or by the lease.
+  bool all_busy = true;
   for (std::size_t k = 0; k < b.slots.size(); ++k)
-    if (b.counts[k] && !b.slots[k].held) all_held = false;
-  return all_held ? exit_ok : exit_busy;
+    if (b.counts[k] && !b.busy(k)) all_busy = false;
+  return all_busy ? exit_ok : exit_busy;
 }
 
 }  // namespace offload_lock::cli

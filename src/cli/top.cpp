@@ -12,6 +12,7 @@
 #include "cli/history_view.hpp"
 #include "cli/output.hpp"
 #include "cli/top_actions.hpp"
+#include "offload_lock/describe.hpp"
 #include "posix/os.hpp"
 #include "posix/screen.hpp"
 #include "posix/signals.hpp"
@@ -124,8 +125,16 @@ std::vector<std::string> top_lines(const top_view& v, int cols, int rows) {
     std::string holder = holder_text(i) + idle_text(i, moved);
     if (i.held && i.yield_requested)
       holder += printable(", asked to make way for " + i.yield_requested->label);
-    slots.push_back({"gpu" + std::to_string(v.slot_numbers[k]), holder, i.held ? dur(i.held_for + moved) : "-",
-                     expected, max_hold, i.held ? std::to_string(i.priority) : "-"});
+    std::string held = i.held ? dur(i.held_for + moved) : "-";
+    if (b.busy_by_lease(k)) {
+      // The lock is free, but a gpulease holder has the GPU.
+      const lease_info& l = b.gpulease->info;
+      holder = printable("gpulease: " + (l.state == lease_state::unknown ? "cannot be judged (" + l.why + ")"
+                                                                         : describe_lease_holder(l)));
+      if (l.state == lease_state::held) held = dur(l.held_for + moved);
+    }
+    slots.push_back({"gpu" + std::to_string(v.slot_numbers[k]), holder, held, expected, max_hold,
+                     i.held ? std::to_string(i.priority) : "-"});
   }
   auto t = table(slots);
   for (std::size_t r = 0; r < t.size(); ++r) {

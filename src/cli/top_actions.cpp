@@ -3,6 +3,7 @@
 
 #include "cli/output.hpp"
 #include "offload_lock/lock.hpp"
+#include "offload_lock/policy.hpp"
 #include "posix/os.hpp"
 #include "posix/signals.hpp"
 
@@ -81,7 +82,7 @@ bool top_actions::key_pressed(key k, const top_view& v, std::string& message) {
     return false;
   }
   if (!own(*i.pid, i.host)) {
-    message = who + " is another user's: asking it to make way is not allowed by the site policy";
+    message = who + " is another user's: top asks only holders of your own to make way";
     return false;
   }
   if (!i.can_yield) {
@@ -103,6 +104,19 @@ bool top_actions::key_pressed(key k, const top_view& v, std::string& message) {
   o.wait = std::chrono::seconds(10);
   o.priority = i.priority + 1;
   o.label = "make-way request from top (" + os::user_name(os::effective_uid()).value_or("uid " + std::to_string(os::effective_uid())) + ")";
+  // A holder is asked by a waiter above its priority; the site policy caps
+  // the priority this user may wait at, and so whether they may ask.
+  std::vector<std::string> notices;
+  auto allowed = with_site_policy(o, &notices);
+  if (!allowed) {
+    message = allowed.error().message();
+    return false;
+  }
+  if (allowed->priority <= i.priority) {
+    message = who + " holds at priority " + std::to_string(i.priority) + ", and the site policy lets you wait at " +
+              std::to_string(allowed->priority) + " at most: it cannot be asked to make way by you";
+    return false;
+  }
   const int slot = v.slot_numbers[static_cast<std::size_t>(selected)];
   if (b.slots.size() > 1) {
     o.gpus = static_cast<int>(b.slots.size());

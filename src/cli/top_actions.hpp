@@ -2,8 +2,9 @@
 // user's own (SIGTERM to the waiting process, once confirmed), y asks a
 // holder of the user's own that offered to make way (the way every such
 // holder is asked today: a waiter above its priority joins the queue for
-// its slot, and the holder's heartbeat sees it). Anything else, another
-// user's process above all, is refused with the reason on the message line.
+// its slot, and the holder's heartbeat sees it), when the site policy lets
+// the user wait above the holder's priority. Anything else, another user's
+// process above all, is refused with the reason on the message line.
 #ifndef OFFLOAD_LOCK_SRC_CLI_TOP_ACTIONS_HPP
 #define OFFLOAD_LOCK_SRC_CLI_TOP_ACTIONS_HPP
 

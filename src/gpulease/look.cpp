@@ -65,4 +65,13 @@ bool lease_root_exists(const lease_location& loc) {
   return st && st->is_regular;
 }
 
+bool joinable(const lease_location& loc) {
+  if (loc.source == lease_source::gpu_lock || loc.source == lease_source::explicit_dir) return false;
+  return loc.refused.empty() && !loc.root.empty();
+}
+
+bool joined_by_acquisitions(const lease_location& loc) {
+  return joinable(loc) && static_cast<bool>(sys::open_dir(sys::cwd, loc.root, /*nofollow=*/false, loc.root));
+}
+
 }  // namespace offload_lock::detail::gpulease

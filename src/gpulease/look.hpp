@@ -31,6 +31,19 @@ lease_verdict look_lease(const std::string& dir);
 // most one stat; never creates anything.
 bool lease_root_exists(const lease_location& loc);
 
+// Whether offload-lock's acquisitions of a plain lock (or of its GPU slot
+// 0) take the lease at `loc` as well, where its root exists (lease_join.hpp,
+// lease_to_take): a state root rule placed it (not GPU_LOCK, a directory
+// both protocols would share, nor a directory the caller named) and
+// gpulease accepts its path. Pure.
+bool joinable(const lease_location& loc);
+
+// joinable(), and the root is a directory: the lease the acquisitions take
+// now. The views (joined_lease, inspect_gpu, wait_gpu_free, `status`) judge
+// the GPU busy by this rule, so that "free" means an acquisition would not
+// wait for the lease. One open; never creates anything.
+bool joined_by_acquisitions(const lease_location& loc);
+
 }  // namespace offload_lock::detail::gpulease
 
 #endif  // OFFLOAD_LOCK_SRC_GPULEASE_LOOK_HPP

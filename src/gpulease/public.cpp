@@ -49,6 +49,8 @@ lease_place find_lease(std::string_view explicit_dir) {
   }
   p.exists = gl::lease_root_exists(loc);
   p.refused = loc.refused;
+  // For the root rules, exists is the root's opening.
+  p.joined = p.exists && gl::joinable(loc);
   return p;
 }
 
@@ -81,6 +83,16 @@ lease_info inspect_lease(const std::string& dir) {
   const std::string gpu_dir = gl::resolve_lease(gl::lease_inputs_from_environment(dir)).gpu_dir;
   if (auto c = gl::read_counter(gpu_dir); c && *c) i.counter = **c;
   return i;
+}
+
+bool lease_busy(const lease_info& i) noexcept {
+  return i.state == lease_state::held || i.state == lease_state::unknown;
+}
+
+std::optional<lease_info> joined_lease() {
+  const lease_place p = find_lease();
+  if (!p.joined) return std::nullopt;
+  return inspect_lease(p.dir);
 }
 
 }  // namespace offload_lock

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -286,7 +287,7 @@ std::string child::drain_err() {
   return all;
 }
 
-std::int64_t run_timed(const std::vector<std::string>& argv, int timeout_ms) {
+std::int64_t run_timed(const std::vector<std::string>& argv, int timeout_ms, std::int64_t* cpu_ns) {
   spawn_io io;
   posix_spawn_file_actions_addopen(&io.fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&io.fa, 1, "/dev/null", O_WRONLY, 0);
@@ -301,14 +302,19 @@ std::int64_t run_timed(const std::vector<std::string>& argv, int timeout_ms) {
   // alarm-free check: the pidfd poll only runs when the child is slow.
   int pidfd = open_pidfd(pid);
   bool done = false;
+  if (cpu_ns) *cpu_ns = -1;
   if (pidfd >= 0) {
     pollfd p{pidfd, POLLIN, 0};
     int r;
     do r = ::poll(&p, 1, timeout_ms);
     while (r < 0 && errno == EINTR);
     if (r > 0) {
-      while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+      struct rusage ru {};
+      while (::wait4(pid, &st, 0, &ru) < 0 && errno == EINTR) {
       }
+      if (cpu_ns)
+        *cpu_ns = (std::int64_t{ru.ru_utime.tv_sec} + ru.ru_stime.tv_sec) * 1'000'000'000 +
+                  (std::int64_t{ru.ru_utime.tv_usec} + ru.ru_stime.tv_usec) * 1'000;
       done = true;
     }
     ::close(pidfd);

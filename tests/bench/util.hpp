@@ -95,8 +95,10 @@ class child {
 
 // Runs argv with all streams on /dev/null and returns the wall time from
 // just before the spawn to just after the reap, in nanoseconds; throws when
-// it exits non-zero or takes longer than timeout_ms.
-std::int64_t run_timed(const std::vector<std::string>& argv, int timeout_ms);
+// it exits non-zero or takes longer than timeout_ms. With cpu_ns, also the
+// child's user and system CPU time (-1 where it could not be had): what a
+// run costs whatever else the machine is doing.
+std::int64_t run_timed(const std::vector<std::string>& argv, int timeout_ms, std::int64_t* cpu_ns = nullptr);
 
 // Runs argv and returns its first stdout line ("" when it cannot run).
 std::string first_line_of(const std::vector<std::string>& argv);

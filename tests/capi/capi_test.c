@@ -4,12 +4,15 @@
    messages, cancel, progress, GPU slots, the waiter list, loss, child
    environment and pass-through; then the queue (test_queue): priority and
    expect_ms recorded, waiters in serving order with positions and ETAs,
-   the yield request, 0.2-sized options. Exits non-zero after the checks
-   when any failed, naming each. */
+   the yield request, 0.2-sized options; then the gpulease lease taken
+   with the lock (test_lease): its class from lease_class, read only when
+   the options' size covers it, and offload_lock_lease_joined. Exits
+   non-zero after the checks when any failed, naming each. */
 #define _GNU_SOURCE /* pipe2 */
 #include <offload_lock/offload_lock.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -727,6 +731,76 @@ static void test_queue(const char* dir) {
   CHECK(stop_participant(&c) == 0);
 }
 
+/* The lease every acquisition of a plain lock also holds where a gpulease
+   state root exists (here OFFLOAD_LOCK_LEASE_ROOT): the class it records
+   is lease_class ("media" when unset), a field read only when the caller's
+   options are large enough to have it. offload_lock_lease_joined says
+   whether acquisitions take a lease and whether it keeps the GPU busy. */
+static int remove_entry(const char* p, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(p);
+}
+
+static void test_lease(const char* dir) {
+  char root[4096], path[4096], message[512] = "";
+  snprintf(root, sizeof root, "%s/lease-root-%d", dir, (int)getpid());
+  snprintf(path, sizeof path, "%s/lease-%d.lock", dir, (int)getpid());
+  offload_lock_lease_info li;
+  int joined = -1, busy = -1;
+
+  setenv("OFFLOAD_LOCK_LEASE_ROOT", root, 1);  /* not made yet: no root */
+  CHECK(offload_lock_lease_joined(&li, &joined, &busy) == OFFLOAD_LOCK_OK);
+  CHECK(joined == 0 && busy == 0);
+  CHECK(mkdir(root, 0755) == 0);
+  CHECK(offload_lock_lease_joined(&li, &joined, &busy) == OFFLOAD_LOCK_OK);
+  CHECK(joined == 1 && busy == 0 && li.state == OFFLOAD_LOCK_LEASE_FREE);
+  CHECK(strstr(li.dir, "/gpu/lease") != NULL && strncmp(li.dir, root, strlen(root)) == 0);
+  CHECK(offload_lock_lease_joined(NULL, &joined, &busy) == OFFLOAD_LOCK_INVALID);
+  CHECK(offload_lock_lease_joined(&li, NULL, &busy) == OFFLOAD_LOCK_INVALID);
+
+  offload_lock_options o;
+  offload_lock_options_init(&o);
+  CHECK(o.lease_class == NULL);
+  o.path = path;
+  o.wait_ms = 0;
+  o.label = "lease-class";
+  o.lease_class = "text";
+  offload_lock_handle* h = NULL;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_OK);
+  CHECK(offload_lock_lease_joined(&li, &joined, &busy) == OFFLOAD_LOCK_OK);
+  CHECK(joined == 1 && busy == 1 && li.state == OFFLOAD_LOCK_LEASE_HELD);
+  CHECK(strcmp(li.lease_class, "text") == 0 && li.pid == (int64_t)getpid());
+  CHECK(strcmp(li.origin, "offload-lock") == 0 && strcmp(li.reason, "lease-class") == 0);
+  if (h) CHECK(offload_lock_release(h) == OFFLOAD_LOCK_OK);
+  CHECK(offload_lock_lease_joined(&li, &joined, &busy) == OFFLOAD_LOCK_OK);
+  CHECK(joined == 1 && busy == 0);
+
+  /* Neither media nor text: refused, naming the field. */
+  o.lease_class = "video";
+  h = NULL;
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_INVALID && h == NULL);
+  CHECK(strstr(message, "lease_class") != NULL);
+
+  /* A caller built against a header without the field: not read (this
+     class would be refused), the lease is media. */
+  o.size = offsetof(offload_lock_options, lease_class);
+  CHECK(offload_lock_acquire_ex(&o, &h, message, sizeof message) == OFFLOAD_LOCK_OK);
+  CHECK(offload_lock_lease_joined(&li, &joined, &busy) == OFFLOAD_LOCK_OK);
+  CHECK(busy == 1 && strcmp(li.lease_class, "media") == 0);
+  if (h) CHECK(offload_lock_release(h) == OFFLOAD_LOCK_OK);
+
+  /* GPU_LOCK places the lease in a directory both protocols would share:
+     acquisitions take none there. */
+  setenv("GPU_LOCK", path, 1);
+  CHECK(offload_lock_lease_joined(&li, &joined, &busy) == OFFLOAD_LOCK_OK);
+  CHECK(joined == 0 && busy == 0);
+  unsetenv("GPU_LOCK");
+  unsetenv("OFFLOAD_LOCK_LEASE_ROOT");
+  CHECK(nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
+}
+
 int main(int argc, char** argv) {
   if (argc == 9 && strcmp(argv[1], "--participant") == 0) return participant_main(argv);
   if (argc < 2) {
@@ -777,6 +851,7 @@ int main(int argc, char** argv) {
 
   test_full_acquisition(argv[1]);
   test_queue(argv[1]);
+  test_lease(argv[1]);
 
   if (failures) return 1;
   printf("capi: all checks passed\n");

@@ -1,7 +1,8 @@
 // serve's page in a real browser (headless Debian chromium): it shows a new
 // holder within a second of its acquisition, pushed by the event stream
-// (the page never polls the server), and a hostile label is shown as the
-// text it is, never as markup.
+// (the page never polls the server), a hostile label is shown as the text
+// it is, never as markup, and a gpulease holder (the stand-in of
+// tests/interop/gpulease) shows as the GPU's holder while the lock is free.
 //   node --test serve_page_test.mjs   (OFFLOAD_LOCK_BIN: the command)
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
@@ -60,9 +61,11 @@ test('the page shows a new holder within a second of its acquisition', async (t)
   const label = `page-holder-${process.pid}`;
   // The page watches from before the acquisition; it reports when it saw it.
   const seen = page.evaluate(whenPage(`document.querySelector('#slots tbody').textContent.includes('${label}')`, 10000));
-  const holder = start(['--lock', lock, 'hold', '--label', label], t);
+  const holder = start(['--lock', lock, 'hold', '--label', label, '--max-hold', '2h'], t);
   const acquired = JSON.parse((await holder.line()).replace(/^acquired /, ''));
   const seenAt = await seen;
+  // Its row as top's: the maximum hold in a column of its own.
+  assert.match(await page.evaluate("document.querySelector('#slots tbody').textContent"), /in 1h59m0$/);
   const latency = seenAt - acquired.startedAt;
   t.diagnostic(`holder shown ${latency} ms after its acquisition`);
   // The bound the issue sets; the benchmark measures the figure.
@@ -97,4 +100,44 @@ test('a hostile label is shown as text, not markup', async (t) => {
   holder.child.stdin.end();
   await page.evaluate(whenPage("document.getElementById('history').textContent.includes('released it')", 10000));
   assert.equal(await page.evaluate("document.querySelectorAll('#history img, #history b').length"), 0);
+});
+
+test('a gpulease holder shows on the GPU it keeps, its claim as text, and goes when it lets go', async (t) => {
+  const standin = path.join(path.dirname(bin), 'gpulease-standin');
+  if (!fs.existsSync(standin)) {
+    t.skip('gpulease-standin is not built');
+    return;
+  }
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'offload-lock-page-lease-'));
+  t.after(() => fs.rmSync(root, { recursive: true, force: true }));
+  const saved = { root: process.env.OFFLOAD_LOCK_LEASE_ROOT, lock: process.env.GPU_LOCK };
+  process.env.OFFLOAD_LOCK_LEASE_ROOT = root;
+  delete process.env.GPU_LOCK;
+  t.after(() => {
+    if (saved.root === undefined) delete process.env.OFFLOAD_LOCK_LEASE_ROOT;
+    else process.env.OFFLOAD_LOCK_LEASE_ROOT = saved.root;
+    if (saved.lock !== undefined) process.env.GPU_LOCK = saved.lock;
+  });
+  const { page } = await setUp(t);
+  const reason = '<b id="leased">x</b>\u202e';
+  const seen = page.evaluate(whenPage("document.querySelector('#slots tbody').textContent.includes('gpulease: media lease')", 10000));
+  const g = spawn(standin, ['hold', '-state-dir', root, '-class', 'media', '-reason', reason], { stdio: ['pipe', 'pipe', 'inherit'] });
+  t.after(() => {
+    if (g.exitCode === null) g.kill('SIGKILL');
+  });
+  const lines = readline.createInterface({ input: g.stdout });
+  const acquired = await new Promise((resolve) => lines.on('line', (l) => l.startsWith('acquired ') && resolve(l)));
+  const epoch = acquired.split(' ')[2];
+  await seen;
+  const dom = await page.evaluate(`({
+    text: document.querySelector('#slots tbody').textContent,
+    injected: document.getElementById('leased') !== null,
+    held: document.querySelector('#slots tbody tr').className,
+  })`);
+  assert.ok(dom.text.includes(`gpulease: media lease (pid ${g.pid}, epoch ${epoch}, reason "<b id="leased">x</b>\\u202e")`), dom.text);
+  assert.equal(dom.injected, false);
+  assert.equal(dom.held, 'held');
+  const gone = page.evaluate(whenPage("document.querySelector('#slots tbody').textContent.startsWith('gpu0free')", 10000));
+  g.stdin.end();
+  await gone;
 });

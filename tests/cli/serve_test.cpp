@@ -152,19 +152,37 @@ TEST_CASE("serve answers the page, status.json, metrics and history.json, and no
   const json cli = json::parse(run_cli(with_lock(d, {"--json", "status"})).out);
   CHECK(keys_of(j) == keys_of(cli));
   CHECK(j["token"] == cli["token"]);
+  // Answers are kept while the board and its age in ms stay the same: the
+  // next one, later, has the holder's time moved on, and a change of holder
+  // shows at once.
+  std::int64_t last = j["heldForMs"];
+  for (int k = 0; k < 10; ++k) {
+    std::this_thread::sleep_for(5ms);
+    const std::int64_t now = json::parse(request(srv.port, "/status.json").body)["heldForMs"];
+    CHECK(now >= last + 5);
+    last = now;
+  }
+  const std::string before = j["token"];
+  REQUIRE_FALSE(l->release());
+  auto l2 = ol::lock::acquire(o);
+  REQUIRE(l2);
+  CHECK(eventually([&] { return json::parse(request(srv.port, "/status.json").body)["token"] == l2->token(); }));
+  CHECK(l2->token() != before);
 
   auto m = request(srv.port, "/metrics");
+  const std::string again = request(srv.port, "/metrics").body;  // from the kept answer, or made again: the same
   CHECK(m.status == 200);
+  CHECK(again.find("offload_lock_held{") != std::string::npos);
   CHECK_THAT(m.headers["Content-Type"], Catch::StartsWith("text/plain; version=0.0.4"));
   CHECK_THAT(m.body, Catch::Contains("offload_lock_held{lock=\"" + d.lock() + "\",gpu=\"0\"} 1") &&
                          Catch::Contains("offload_lock_acquisitions_total{lock=\"" + d.lock() +
-                                         "\",gpu=\"0\",outcome=\"acquired\"} 2"));
+                                         "\",gpu=\"0\",outcome=\"acquired\"} 3"));
 
   auto h = request(srv.port, "/history.json");
   CHECK(h.status == 200);
   const json hj = json::parse(h.body);
   CHECK(hj["kept"] == true);
-  CHECK(hj["totals"]["acquisitions"] == 2);
+  CHECK(hj["totals"]["acquisitions"] == 3);
 
   auto page = request(srv.port, "/");
   CHECK(page.status == 200);

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "multiprocess/lease_support.hpp"
 #include "offload_lock/offload_lock.hpp"
 #include "support.hpp"
 
@@ -140,6 +141,25 @@ TEST_CASE("top redraws on a new holder, waiter and history entry, and q gives th
   check_given_back(t, d, 0);
 }
 
+TEST_CASE("top shows a gpulease holder on the GPU it keeps while the lock is free, and sees it go", "[cli][top][lease]") {
+  temp_dir d;
+  const std::string root = d.str() + "/lease-root";
+  fs::create_directories(root);
+  terminal t(140, 30);
+  t.type("export OFFLOAD_LOCK_LEASE_ROOT=" + root + "; unset GPU_LOCK");
+  start_top(t, d);
+  REQUIRE(t.shows("gpu0  free"));
+  // The lease directory is made by this first lease: top sees it made.
+  child g(standin_exe(), standin_hold(root, "0s", "text"));
+  REQUIRE(!line_starting(g, "acquired").empty());
+  CHECK(t.shows("gpu0  gpulease: text lease (pid " + std::to_string(g.pid())));
+  g.close_stdin();
+  CHECK(g.wait() == 0);
+  CHECK(t.shows("gpu0  free"));
+  t.key("q");
+  check_given_back(t, d, 0);
+}
+
 TEST_CASE("Ctrl-C, SIGTERM and SIGHUP end top and give the terminal back; a resize redraws", "[cli][top]") {
   temp_dir d;
   terminal t(100, 24);
@@ -250,6 +270,29 @@ TEST_CASE("y asks a holder of one's own that offered to make way; w cancels a wa
   check_given_back(t, d, 0);
 }
 
+TEST_CASE("y asks a holder to make way only when the site policy lets the user wait above it", "[cli][top][policy]") {
+  temp_dir d;
+  // The site caps everyone at priority 0: nobody can wait above a holder at 0.
+  write_file(d.path / "gpu.lock.policy.json", R"({"maxPriority": 0})");
+  fs::permissions(d.path / "gpu.lock.policy.json", fs::perms(0644));
+  const fs::path mark = d.path / "asked";
+  child holder(cli_exe(), with_lock(d, {"run", "--label", "capped-job", "--yield-signal", "USR1", "--", "sh", "-c",
+                                        "trap 'touch " + mark.string() + "; exit 0' USR1; echo started; "
+                                        "while :; do sleep 0.05; done"}));
+  REQUIRE(holder.read_line() == std::string("started"));
+  terminal t(200, 30);
+  start_top(t, d);
+  REQUIRE(t.shows("capped-job (pid "));
+  t.key("y");
+  CHECK(t.shows("holds at priority 0, and the site policy lets you wait at 0 at most"));
+  CHECK(ol::waiters(d.lock()).empty());
+  CHECK_FALSE(fs::exists(mark));
+  t.key("q");
+  check_given_back(t, d, 0);
+  holder.kill(SIGTERM);
+  holder.wait();
+}
+
 TEST_CASE("top's keys never touch another user's processes", "[cli][top]") {
   if (!running_as_root()) {
     WARN("needs root to act as another user; not run");
@@ -270,7 +313,7 @@ TEST_CASE("top's keys never touch another user's processes", "[cli][top]") {
   start_top(t, d);
   REQUIRE(t.shows("theirs-waiting"));
   t.key("y");
-  CHECK(t.shows("is another user's: asking it to make way is not allowed by the site policy"));
+  CHECK(t.shows("is another user's: top asks only holders of your own to make way"));
   t.key("Down");
   t.key("w");
   CHECK(t.shows("is not a process of yours"));

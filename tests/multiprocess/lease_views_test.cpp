@@ -165,3 +165,120 @@ TEST_CASE("lease: status and doctor name a gpulease holder, and say where there 
   CHECK_THAT(loud.out, Catch::Contains("ok    gpulease_shared: GPU_LOCK is the lock directory and gpulease's lease "
                                        "directory at once: offload-lock's one meta.json there is both"));
 }
+
+TEST_CASE("lease: while a gpulease holder has the GPU, status and wait-free call it busy though the lock is free",
+          "[cli][lease]") {
+  lease_root r;
+  const env_changes env = {{"OFFLOAD_LOCK_LEASE_ROOT", r.root}, {"GPU_LOCK", std::nullopt}};
+  const std::string lock = (r.d.path / "gpu.lock").string();
+  auto cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--lock", lock});
+    return run_cli(args, env);
+  };
+  child g(standin_exe(), standin_hold(r.root));
+  const std::string got = line_starting(g, "acquired");
+  REQUIRE(!got.empty());
+  const std::string who = "media lease (pid " + std::to_string(g.pid()) + ", epoch " + field(got, 2) +
+                          ", reason \"stand-in\")";
+
+  // The first line answers for the GPU, and so does the exit status.
+  auto st = cli({"status"});
+  INFO(st.out << st.err);
+  CHECK(st.code == 0);
+  CHECK(st.out.rfind("held by a gpulease holder: " + who + " for ", 0) == 0);
+  CHECK_THAT(st.out.substr(0, st.out.find('\n')), Catch::EndsWith("; the lock itself is free"));
+  auto j = nlohmann::json::parse(cli({"--json", "status"}).out);
+  CHECK(j["held"] == false);
+  CHECK(j["busy"] == true);
+  CHECK(j["busyBy"] == "gpulease");
+  CHECK(j["slots"][0]["busy"] == true);
+  CHECK_THAT(cli({"status", "--prometheus"}).out, Catch::Contains("offload_lock_busy{lock=\"" + lock + "\",gpu=\"0\"} 1"));
+
+  auto once = cli({"wait-free", "--wait", "0"});
+  CHECK(once.code == 1);
+  CHECK_THAT(once.err, Catch::Contains("is held by a gpulease holder: " + who));
+  auto wj = nlohmann::json::parse(cli({"--json", "wait-free", "--wait", "0"}).out);
+  CHECK(wj["busy"] == true);
+  CHECK(wj["busyBy"] == "gpulease");
+  CHECK(wj["gpulease"]["pid"] == g.pid());
+
+  // wait-free waits for the lease, and ends when its holder lets go.
+  child w(cli_exe(), {"--lock", lock, "wait-free"}, env);
+  ::usleep(300 * 1000);
+  CHECK(!w.exited());
+  CHECK(w.wait(ms(200)) == std::nullopt);
+  g.close_stdin();
+  CHECK(g.wait() == 0);
+  CHECK(w.wait() == 0);
+
+  st = cli({"status"});
+  CHECK(st.code == 1);
+  CHECK(st.out.rfind("free\n", 0) == 0);
+  j = nlohmann::json::parse(cli({"--json", "status"}).out);
+  CHECK(j["busy"] == false);
+  CHECK(j["busyBy"].is_null());
+  CHECK(cli({"wait-free", "--wait", "0"}).code == 0);
+}
+
+TEST_CASE("lease: a command that holds the lock and waits for the gpulease lease says what it waits for",
+          "[cli][lease]") {
+  lease_root r;
+  const env_changes env = {{"OFFLOAD_LOCK_LEASE_ROOT", r.root}, {"GPU_LOCK", std::nullopt}};
+  const std::string lock = (r.d.path / "gpu.lock").string();
+  child g(standin_exe(), standin_hold(r.root));
+  const std::string got = line_starting(g, "acquired");
+  REQUIRE(!got.empty());
+  const std::string who = "media lease (pid " + std::to_string(g.pid()) + ", epoch " + field(got, 2) +
+                          ", reason \"stand-in\")";
+  // Off a terminal: a line when it starts waiting, and the reminders.
+  auto log = run_cli({"--lock", lock, "run", "--wait", "1500ms", "--remind", "300ms", "--", "true"}, env);
+  INFO(log.err);
+  CHECK(log.code == 1);
+  CHECK_THAT(log.err, Catch::Contains("offload-lock: waiting for the gpulease lease: " + who + ", held for "));
+  CHECK_THAT(log.err, Catch::Contains("offload-lock: still waiting for the gpulease lease: " + who));
+  // With --json, the progress stream names the lease.
+  auto js = run_cli({"--lock", lock, "--json", "run", "--wait", "500ms", "--", "true"}, env);
+  const std::string first = js.err.substr(0, js.err.find('\n'));
+  INFO(js.err);
+  const auto p = nlohmann::json::parse(first);
+  CHECK(p["event"] == "waiting");
+  CHECK(p["holders"].empty());
+  CHECK(p["gpulease"]["pid"] == g.pid());
+  g.close_stdin();
+  CHECK(g.wait() == 0);
+}
+
+TEST_CASE("lease: status --watch --json prints a new line when a gpulease holder takes and lets go of the lease",
+          "[cli][lease]") {
+  lease_root r;
+  const env_changes env = {{"OFFLOAD_LOCK_LEASE_ROOT", r.root}, {"GPU_LOCK", std::nullopt}};
+  child w(cli_exe(), {"--lock", (r.d.path / "gpu.lock").string(), "--json", "status", "--watch"}, env);
+  auto first = w.read_line();
+  REQUIRE(first);
+  CHECK(nlohmann::json::parse(*first)["busy"] == false);
+  // Woken by the lease directory, not by a timer (its safety look is a minute away).
+  child g(standin_exe(), standin_hold(r.root));
+  REQUIRE(!line_starting(g, "acquired").empty());
+  // (Its claim may be seen being written first: busy, no holder yet.)
+  nlohmann::json j;
+  for (int k = 0; k < 3; ++k) {
+    auto taken = w.read_line();
+    REQUIRE(taken);
+    j = nlohmann::json::parse(*taken);
+    if (j["gpulease"]["pid"] == g.pid()) break;
+    CHECK(j["busy"] == true);
+  }
+  CHECK(j["busy"] == true);
+  CHECK(j["busyBy"] == "gpulease");
+  CHECK(j["gpulease"]["pid"] == g.pid());
+  g.close_stdin();
+  CHECK(g.wait() == 0);
+  std::optional<std::string> freed;
+  // (A heartbeat written in between may print the same state once more.)
+  for (int k = 0; k < 3 && (freed = w.read_line()); ++k)
+    if (nlohmann::json::parse(*freed)["busy"] == false) break;
+  REQUIRE(freed);
+  CHECK(nlohmann::json::parse(*freed)["busy"] == false);
+  w.kill(SIGTERM);
+  w.wait();
+}

@@ -51,6 +51,13 @@
 // for it), it speaks only for the owner of its directory, and it arrived
 // when its file's ctime says.
 //
+// LeaseDir and InspectLease look at the gpulease lease that the upstream's
+// current runners take instead of the lock, by gpulease's rules. Where
+// offload-lock's acquisitions take that lease too (JoinedLeaseDir), a
+// gpulease holder has the GPU while the lock is free: InspectGPU and
+// WaitGPUFree answer "is the GPU free" for both (GPU.Busy), by offload-lock's
+// rule. Inspect and WaitFree keep answering for the lock alone.
+//
 // Note that Path follows Go's os.TempDir, which looks only at TMPDIR; the Node
 // runners also look at TMP and TEMP. With TMPDIR unset and TMP or TEMP set, the
 // two sides resolve different default paths (see Path).

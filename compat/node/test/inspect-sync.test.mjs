@@ -9,7 +9,7 @@ import { acquireGpuLock, acquireSync, inspect, releaseSync } from '../index.mjs'
 import { INDEX_URL, T, cleanEnv, deadPid, makeLock, nodeEvalSync, readMetaFile, tempDir, waitFor } from './helpers.mjs';
 
 const SLOT_KEYS = ['path', 'held', 'pid', 'startedAt', 'heldForMs', 'label', 'host', 'token', 'stale', 'ownerUid',
-  'v1Stale', 'otherPidNamespace', 'gpu', 'device', 'priority', 'expectMs', 'freeInMs', 'maxHoldMs', 'maxHoldInMs',
+  'v1Stale', 'otherPidNamespace', 'busy', 'busyBy', 'gpu', 'device', 'priority', 'expectMs', 'freeInMs', 'maxHoldMs', 'maxHoldInMs',
   'idleSince', 'idleForMs', 'yieldRequested'];
 const KEYS = [...SLOT_KEYS, 'slots', 'waiters', 'gpulease'].sort();
 
@@ -28,7 +28,7 @@ test('inspect on a free lock: held false, every other value null (or false)', T,
   const slot = {
     path: lock, held: false, pid: null, startedAt: null, heldForMs: null,
     label: null, host: null, token: null, stale: null, ownerUid: null, v1Stale: null, otherPidNamespace: false,
-    gpu: 0, device: null, priority: null, expectMs: null, freeInMs: 0, maxHoldMs: null, maxHoldInMs: null,
+    busy: false, busyBy: null, gpu: 0, device: null, priority: null, expectMs: null, freeInMs: 0, maxHoldMs: null, maxHoldInMs: null,
     idleSince: null, idleForMs: null,
     yieldRequested: null,
   };

@@ -199,6 +199,8 @@ expectType<
 expectType<Exact<AcquiredInfo['gpu'], number | undefined>>();
 expectType<SlotStatus extends LockInfo ? true : false>();
 expectType<Exact<SlotStatus['gpu'], number>>();
+expectType<Exact<SlotStatus['busy'], boolean>>();
+expectType<Exact<SlotStatus['busyBy'], 'lock' | 'gpulease' | null>>();
 expectType<
   Exact<
     Waiter,

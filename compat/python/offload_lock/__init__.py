@@ -30,7 +30,7 @@ from ._words import (
     parse_priority,
     visible_gpus,
 )
-from ._lease import find_lease, inspect_lease
+from ._lease import find_lease, inspect_lease, joined_lease
 
 __all__ = [
     "Busy",
@@ -48,6 +48,7 @@ __all__ = [
     "gpu_slot_path",
     "inspect",
     "inspect_lease",
+    "joined_lease",
     "library_path",
     "lock",
     "lock_async",

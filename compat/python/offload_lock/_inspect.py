@@ -9,7 +9,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import _native as N
-from ._lease import lease_board
+from ._lease import joined_lease, lease_board
 from ._words import Duration, gpu_slot_path, parse_duration, slot_count
 
 
@@ -137,8 +137,12 @@ def inspect(path: Optional[Union[str, "os.PathLike[str]"]] = None, *, ttl: Durat
     ``yieldRequested`` (None, or the ``pid``, ``label`` and ``priority`` of
     the waiter a holder that can yield is asked to make way for); ``slots``
     (one such dictionary per GPU slot that exists), ``waiters`` (see
-    waiters(), in serving order) and ``gpulease`` (the gpulease lease, see
-    inspect_lease(); None where no gpulease root exists).
+    waiters(), in serving order), ``busy`` (someone has the GPU: the lock
+    is held, or, for slot 0, the gpulease lease that every acquisition of
+    it also takes is held: a gpulease holder makes the GPU busy though
+    ``held`` is False), ``busyBy`` ("lock", "gpulease" or None) and
+    ``gpulease`` (the gpulease lease, see inspect_lease(); None where no
+    gpulease root exists).
     Unknown values are None. Changes nothing; never blocks on the lock.
     Raises OSError when the lock cannot be looked at."""
     base = os.fspath(path) if path is not None else default_path()
@@ -150,9 +154,16 @@ def inspect(path: Optional[Union[str, "os.PathLike[str]"]] = None, *, ttl: Durat
     n = slot_count(base)
     for w in ws:
         n = max(n, w["gpus"], (w["gpu"] if w["gpu"] is not None else -1) + 1)
+    # Whether each GPU is busy, and by what (as `status --json`): its lock,
+    # or for slot 0 (the plain lock) the gpulease lease every acquisition
+    # of it also takes, while a gpulease holder has it.
+    _, lease_busy = joined_lease()
     slots = []
     for k in range(n):
         d, q = inspect_both(gpu_slot_path(base, k), ttl_ms)
+        by_lease = k == 0 and not d["held"] and lease_busy
+        d["busy"] = bool(d["held"]) or by_lease
+        d["busyBy"] = "lock" if d["held"] else "gpulease" if by_lease else None
         d["gpu"] = k
         # What nvidia-smi says of the GPU is the command's (`offload-lock
         # status`); the library does not run it, so it is None here.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 from . import _native as N
 
@@ -49,6 +49,9 @@ class _Info(ctypes.Structure):
 
 _find = N._fn("offload_lock_lease_find", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(_Place))
 _inspect = N._fn("offload_lock_lease_inspect", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(_Info))
+_joined = N._fn(
+    "offload_lock_lease_joined", ctypes.c_int, ctypes.POINTER(_Info), ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)
+)
 
 
 def _s(b: bytes) -> str:
@@ -79,21 +82,7 @@ def find_lease(directory: Optional[Union[str, "os.PathLike[str]"]] = None) -> Di
     }
 
 
-def inspect_lease(directory: Optional[Union[str, "os.PathLike[str]"]] = None) -> Dict[str, Any]:
-    """Who holds the gpulease lease, with the keys of the ``gpulease`` object
-    of ``offload-lock --json status``: ``dir``, ``state`` ("free", "held",
-    "stale", "unknown"), ``held``, ``why``, ``inProgress``, ``pid``,
-    ``class``, ``epoch``, ``reason``, ``origin``, ``jobId``,
-    ``acquiredAtMs``, ``expiresAtMs`` (the end of the holder's declared
-    window), ``renewedAtMs`` (its last heartbeat), ``heldForMs``,
-    ``gpuleaseReadersHeld`` (what gpulease's own readers conclude) and
-    ``counter`` (the last epoch issued); holder values are None without a
-    parseable claim. The lease directory is ``directory``, else where
-    find_lease() places it. Changes nothing; never blocks on the lease."""
-    i = _Info()
-    arg = os.fsencode(directory) if directory is not None else None
-    if _inspect(arg, ctypes.byref(i)) != N.OK:
-        raise ValueError("offload_lock: cannot inspect the gpulease lease")
+def _info_dict(i: _Info) -> Dict[str, Any]:
     state = _STATES.get(i.state, "unknown")
     cls = _s(i.lease_class)
     claim = i.epoch != 0 or i.pid != 0 or cls != ""
@@ -120,6 +109,40 @@ def inspect_lease(directory: Optional[Union[str, "os.PathLike[str]"]] = None) ->
         "gpuleaseReadersHeld": bool(i.readers_held),
         "counter": i.counter if i.has_counter else None,
     }
+
+
+def inspect_lease(directory: Optional[Union[str, "os.PathLike[str]"]] = None) -> Dict[str, Any]:
+    """Who holds the gpulease lease, with the keys of the ``gpulease`` object
+    of ``offload-lock --json status``: ``dir``, ``state`` ("free", "held",
+    "stale", "unknown"), ``held``, ``why``, ``inProgress``, ``pid``,
+    ``class``, ``epoch``, ``reason``, ``origin``, ``jobId``,
+    ``acquiredAtMs``, ``expiresAtMs`` (the end of the holder's declared
+    window), ``renewedAtMs`` (its last heartbeat), ``heldForMs``,
+    ``gpuleaseReadersHeld`` (what gpulease's own readers conclude) and
+    ``counter`` (the last epoch issued); holder values are None without a
+    parseable claim. The lease directory is ``directory``, else where
+    find_lease() places it. Changes nothing; never blocks on the lease."""
+    i = _Info()
+    arg = os.fsencode(directory) if directory is not None else None
+    if _inspect(arg, ctypes.byref(i)) != N.OK:
+        raise ValueError("offload_lock: cannot inspect the gpulease lease")
+    return _info_dict(i)
+
+
+def joined_lease() -> Tuple[Optional[Dict[str, Any]], bool]:
+    """The lease offload-lock's acquisitions of a plain lock (or of GPU slot
+    0) also take, judged now, as inspect_lease() gives it, or None where
+    they take none (no gpulease state root, GPU_LOCK placing the lease, a
+    path gpulease refuses); and whether it keeps the GPU busy (held, or
+    unknown: never taken over), whatever the lock says. The library's
+    rule (offload_lock_lease_joined), the one `offload-lock status` and
+    `wait-free` follow."""
+    i = _Info()
+    joined = ctypes.c_int(0)
+    busy = ctypes.c_int(0)
+    if _joined(ctypes.byref(i), ctypes.byref(joined), ctypes.byref(busy)) != N.OK:
+        raise ValueError("offload_lock: cannot look at the gpulease lease")
+    return (_info_dict(i) if joined.value else None), bool(busy.value)
 
 
 def lease_board() -> Optional[Dict[str, Any]]:

@@ -70,6 +70,7 @@ class Progress(ctypes.Structure):
         ("holder_count", ctypes.c_size_t),
         ("holders", ctypes.POINTER(InfoEx)),
         ("position", ctypes.c_int),
+        ("lease", ctypes.c_void_p),
     ]
 
 
@@ -127,6 +128,7 @@ class Options(ctypes.Structure):
         ("allowed_gpus", ctypes.POINTER(ctypes.c_int)),
         ("allowed_gpu_count", ctypes.c_size_t),
         ("max_hold_ms", ctypes.c_int64),
+        ("lease_class", ctypes.c_char_p),
     ]
 
 

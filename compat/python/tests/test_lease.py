@@ -105,3 +105,49 @@ def test_inspect_carries_the_lease_as_status_does(tmp_path, monkeypatch):
         h.stop()
     monkeypatch.setenv("OFFLOAD_LOCK_LEASE_ROOT", str(tmp_path / "absent"))
     assert offload_lock.inspect(lock)["gpulease"] is None
+
+
+def test_inspect_calls_the_gpu_busy_while_a_gpulease_holder_has_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPU_LOCK", raising=False)
+    monkeypatch.setenv("OFFLOAD_LOCK_LEASE_ROOT", str(tmp_path))
+    lock = str(tmp_path / "gpu.lock")
+    assert offload_lock.joined_lease() == (offload_lock.inspect_lease(str(tmp_path / "gpu" / "lease")), False)
+    h = standin_holder(str(tmp_path), cls="media")
+    try:
+        assert h.proc.stdout.readline().startswith("acquired ")
+        mine = offload_lock.inspect(lock)
+        assert (mine["held"], mine["busy"], mine["busyBy"]) == (False, True, "gpulease")
+        assert (mine["slots"][0]["busy"], mine["slots"][0]["busyBy"]) == (True, "gpulease")
+        lease, busy = offload_lock.joined_lease()
+        assert busy is True and lease["pid"] == h.pid
+        env = dict(os.environ)
+        cli = json.loads(subprocess.run([CLI, "--lock", lock, "--json", "status"], env=env, capture_output=True,
+                                        text=True, timeout=30).stdout)
+        assert (cli["busy"], cli["busyBy"]) == (mine["busy"], mine["busyBy"])
+    finally:
+        h.stop()
+    mine = offload_lock.inspect(lock)
+    assert (mine["busy"], mine["busyBy"]) == (False, None)
+    # GPU_LOCK places the lease in a directory both protocols would share:
+    # acquisitions take none, and the GPU is not busy by it.
+    monkeypatch.setenv("GPU_LOCK", lock)
+    assert offload_lock.joined_lease() == (None, False)
+
+
+def test_a_lock_that_waits_for_the_gpulease_lease_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPU_LOCK", raising=False)
+    monkeypatch.setenv("OFFLOAD_LOCK_LEASE_ROOT", str(tmp_path))
+    lock = str(tmp_path / "gpu.lock")
+    seen = []
+    h = standin_holder(str(tmp_path), cls="media")
+    try:
+        assert h.proc.stdout.readline().startswith("acquired ")
+        with pytest.raises(offload_lock.Timeout):
+            with offload_lock.lock(lock, wait=1.5, quiet=True, on_progress=seen.append):
+                pass
+    finally:
+        h.stop()
+    # The lock was taken and the lease waited for: the words name the lease's holder.
+    assert seen, "no progress while the lease was waited for"
+    assert seen[0].holders == []
+    assert seen[0].text.startswith(f"the gpulease lease: media lease (pid {h.pid}, epoch "), seen[0].text

@@ -1,6 +1,9 @@
 // Command gpulock-inspect prints one JSON line describing the shared GPU lock
-// and exits 0 if it is held, 1 if it is free, 2 on a usage error. It is
-// read-only: it never creates, reclaims or removes the lock.
+// and exits 0 if the GPU is busy, 1 if it is free, 2 on a usage error: busy
+// when the lock is held, or where the upstream's current runners keep a
+// gpulease lease that offload-lock's acquisitions also take, while that
+// lease is held (gpulock.InspectGPU). It is read-only: it never creates,
+// reclaims or removes the lock or the lease.
 //
 // Usage:
 //
@@ -10,15 +13,18 @@
 // (gpulock.ParseDuration): 90s, 1h30m, 1d, 1.5, forever.
 // PATH defaults to gpulock.Path("") (GPU_LOCK, else $TMPDIR or /tmp, joined
 // with local-offload-gpu.lock). With -wait, it waits up to that long for the
-// lock to become free, polling every -poll; SIGINT or SIGTERM ends the wait
+// GPU to become free, polling every -poll; SIGINT or SIGTERM ends the wait
 // early and the last inspection is printed; -within answers at once when
 // the holder declared it will stay longer than that. Output:
 //
-//	{"path":"...","held":true,"pid":1234,"ageMs":5000,"label":"...","startedAt":1764470000000,"host":"..."}
+//	{"path":"...","held":true,"pid":1234,"ageMs":5000,"label":"...","startedAt":1764470000000,"host":"...","busy":true,"busyBy":"lock"}
 //
-// startedAt is epoch milliseconds, 0 when unknown; on a free lock every field
-// but path is zero. -h is treated as a usage error (exit 2), so that exit 0
-// always means "held".
+// held, pid, ageMs, label, startedAt and host are the lock's: startedAt is
+// epoch milliseconds, 0 when unknown; on a free lock every one of them but
+// path is zero. busy is whether the GPU is taken, busyBy by what: "lock",
+// "gpulease" (the lock is free, a gpulease holder has the lease), or "".
+// -h is treated as a usage error (exit 2), so that exit 0 always means
+// "busy".
 package main
 
 import (
@@ -36,7 +42,7 @@ import (
 	"offload-lock/compat/go/gpulock"
 )
 
-// Exit codes, one per outcome.
+// Exit codes, one per outcome; exitHeld is the GPU being busy.
 const (
 	exitHeld  = 0
 	exitFree  = 1
@@ -73,6 +79,8 @@ type report struct {
 	Label     string `json:"label"`
 	StartedAt int64  `json:"startedAt"`
 	Host      string `json:"host"`
+	Busy      bool   `json:"busy"`
+	BusyBy    string `json:"busyBy"`
 }
 
 func main() {
@@ -112,14 +120,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	path := gpulock.Path(fs.Arg(0))
 
-	var info gpulock.Info
+	opts := gpulock.Options{TTL: *ttl, Wait: *wait, Poll: *poll, Within: *within}
+	var g gpulock.GPU
 	if waitSet {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		info = gpulock.WaitUntilFree(ctx, path, gpulock.Options{TTL: *ttl, Wait: *wait, Poll: *poll, Within: *within})
+		g = gpulock.WaitGPUFree(ctx, path, opts)
 		stop()
 	} else {
-		info = gpulock.InspectTTL(path, *ttl)
+		g = gpulock.InspectGPU(path, opts)
 	}
+	info := g.Lock
 
 	out := report{
 		Path:  path,
@@ -132,12 +142,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !info.StartedAt.IsZero() {
 		out.StartedAt = info.StartedAt.UnixMilli()
 	}
+	if out.Busy = g.Busy(); info.Held {
+		out.BusyBy = "lock"
+	} else if out.Busy {
+		out.BusyBy = "gpulease"
+	}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false) // print labels like "a<b" verbatim
 	if err := enc.Encode(out); err != nil {
 		fmt.Fprintf(stderr, "gpulock-inspect: writing output: %v\n", err)
 	}
-	if info.Held {
+	if g.Busy() {
 		return exitHeld
 	}
 	return exitFree

@@ -19,7 +19,7 @@ import (
 // These tests build the real command and run it as a child process, checking
 // its exit code and its one line of JSON.
 
-var wantKeys = []string{"path", "held", "pid", "ageMs", "label", "startedAt", "host"}
+var wantKeys = []string{"path", "held", "pid", "ageMs", "label", "startedAt", "host", "busy", "busyBy"}
 
 type output struct {
 	Path      string `json:"path"`
@@ -29,6 +29,8 @@ type output struct {
 	Label     string `json:"label"`
 	StartedAt int64  `json:"startedAt"`
 	Host      string `json:"host"`
+	Busy      bool   `json:"busy"`
+	BusyBy    string `json:"busyBy"`
 }
 
 // buildInspect compiles this command into a fresh temporary directory.
@@ -58,7 +60,9 @@ type result struct {
 func runInspect(t *testing.T, bin string, env []string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	// No gpulease root unless a test names one: whatever this machine has,
+	// the lock alone decides (the last of duplicate names wins).
+	cmd.Env = append(append(os.Environ(), "OFFLOAD_LOCK_LEASE_ROOT="+filepath.Join(t.TempDir(), "no-lease-root")), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -145,7 +149,8 @@ func TestGpulockInspect(t *testing.T) {
 	const started = int64(1764470000000)
 	heldMeta := fmt.Sprintf(`{"pid":%d,"startedAt":%d,"token":"t","label":"render <step> & co","host":"gpu-box","tool":"offload-lock/1"}`, self, started)
 	wantHeld := func(path string) output {
-		return output{Path: path, Held: true, PID: self, Label: "render <step> & co", StartedAt: started, Host: "gpu-box"}
+		return output{Path: path, Held: true, PID: self, Label: "render <step> & co", StartedAt: started, Host: "gpu-box",
+			Busy: true, BusyBy: "lock"}
 	}
 
 	checkHeld := func(t *testing.T, r result, want output) {
@@ -184,7 +189,40 @@ func TestGpulockInspect(t *testing.T) {
 
 	t.Run("held by a null meta: pid 0, startedAt 0", func(t *testing.T) {
 		p := makeLock(t, t.TempDir(), "null")
-		checkHeld(t, runInspect(t, bin, nil, p), output{Path: p, Held: true})
+		checkHeld(t, runInspect(t, bin, nil, p), output{Path: p, Held: true, Busy: true, BusyBy: "lock"})
+	})
+
+	t.Run("busy: a gpulease holder has the GPU though the lock is free", func(t *testing.T) {
+		root := t.TempDir()
+		lease := filepath.Join(root, "gpu", "lease")
+		if err := os.MkdirAll(lease, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		stat, err := os.ReadFile("/proc/self/stat")
+		if err != nil {
+			t.Skip("no /proc/self/stat")
+		}
+		// The process's start, field 22 (after the command's closing paren).
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+		now := time.Now().UnixMilli()
+		claim := fmt.Sprintf(`{"epoch":3,"class":"media","holder":{"pid":%d,"start_time_ms":%s},"acquired_at_ms":%d,"expires_at_ms":%d,"renewed_at_ms":%d}`,
+			self, fields[19], now, now+600000, now)
+		if err := os.WriteFile(filepath.Join(lease, "meta.json"), []byte(claim), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(t.TempDir(), "free.lock")
+		env := []string{"OFFLOAD_LOCK_LEASE_ROOT=" + root, "GPU_LOCK="}
+		for _, args := range [][]string{{p}, {"-wait", "100ms", p}} {
+			r := runInspect(t, bin, env, args...)
+			if r.code != 0 || r.stderr != "" {
+				t.Fatalf("%v: exit %d stderr %q, want 0 (busy)", args, r.code, r.stderr)
+			}
+			if got := parseLine(t, r); got != (output{Path: p, Busy: true, BusyBy: "gpulease"}) {
+				t.Fatalf("%v: got %+v", args, got)
+			}
+		}
+		// GPU_LOCK names the lease directory for gpulease: no lease is taken, the lock decides.
+		checkFree(t, runInspect(t, bin, []string{"OFFLOAD_LOCK_LEASE_ROOT=" + root, "GPU_LOCK=" + p}), p)
 	})
 
 	t.Run("free: missing", func(t *testing.T) {
@@ -291,6 +329,7 @@ func testSignal(t *testing.T, bin, meta string, want func(string) output) {
 	}
 
 	cmd := exec.Command(bin, "-wait", "1h", "-poll", "1h", p)
+	cmd.Env = append(os.Environ(), "OFFLOAD_LOCK_LEASE_ROOT="+filepath.Join(dir, "no-lease-root"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
