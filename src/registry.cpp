@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "etcd/address.hpp"
+#include "etcd/look.hpp"
 #include "meta.hpp"
 #include "offload_lock/inspect.hpp"
 #include "offload_lock/slots.hpp"
@@ -589,6 +591,9 @@ std::vector<waiter> read_waiters(const std::string& base, std::int64_t now_ms) {
 
 namespace offload_lock {
 
-std::vector<waiter> waiters(const std::string& path) { return detail::read_waiters(path, detail::sys::now_ms()); }
+std::vector<waiter> waiters(const std::string& path) {
+  if (detail::etcd::is_etcd(path)) return detail::etcd::waiters(path);
+  return detail::read_waiters(path, detail::sys::now_ms());
+}
 
 }  // namespace offload_lock
