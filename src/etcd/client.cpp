@@ -367,6 +367,19 @@ error client::revoke(std::int64_t id, const sys::net_bounds& b) {
   return body ? error{} : body.error();
 }
 
+result<client::member_status> client::status(const sys::net_bounds& b) {
+  auto body = call("/v3/maintenance/status", "{}", b);
+  if (!body) return body.error();
+  json j = json::parse(*body, nullptr, false);
+  member_status s;
+  s.where = current();
+  if (!j.is_object() || !number_at(j, "leader", s.leader) || !j.contains("header") ||
+      !number_at(j["header"], "member_id", s.member) || !number_at(j["header"], "raft_term", s.raft_term))
+    return malformed(current(), "status");
+  if (j.contains("version") && j["version"].is_string()) s.version = j["version"].get<std::string>().substr(0, 40);
+  return s;
+}
+
 result<std::unique_ptr<watch_stream>> client::watch(const std::string& key, bool prefix, std::int64_t from,
                                                     const sys::net_bounds& b) {
   json create = {{"key", base64_encode(key)}};

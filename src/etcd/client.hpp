@@ -132,6 +132,15 @@ class client {
   result<std::unique_ptr<watch_stream>> watch(const std::string& key, bool prefix, std::int64_t from,
                                               const sys::net_bounds& b);
 
+  // What the member the call reached says of itself (its version, the
+  // leader it follows: 0 when it has none).
+  struct member_status {
+    endpoint where;
+    std::string version;
+    std::int64_t leader = 0, member = 0, raft_term = 0;
+  };
+  result<member_status> status(const sys::net_bounds& b);
+
   // The member the next call goes to first.
   const endpoint& current() const;
   const std::vector<endpoint>& endpoints() const { return eps_; }

@@ -108,6 +108,53 @@ result<release_outcome> release_by(const std::string& url, const release_request
   return out;
 }
 
+std::vector<health_line> health(const std::string& url) {
+  std::vector<health_line> out;
+  auto a = parse_address(url);
+  if (!a) return {{"etcd", false, a.error().message()}};
+  out.push_back({"etcd", true,
+                 a->url() + ": lock '" + a->name + "' on " + std::to_string(a->endpoints.size()) + " endpoint" +
+                     (a->endpoints.size() == 1 ? "" : "s") + " (keys under " + a->lock_prefix() + ")"});
+  int reached = 0;
+  for (const auto& ep : a->endpoints) {
+    client one({ep});
+    auto s = one.status({sys::monotonic_ms() + per_member_ms, {}});
+    if (!s) {
+      out.push_back({"member", false, ep.text() + " cannot be reached: " + s.error().message()});
+      continue;
+    }
+    ++reached;
+    if (s->leader == 0)
+      out.push_back({"member", false, ep.text() + ": etcd " + s->version + " without a leader (no quorum): "
+                                       "no acquisition or renewal can be made through it"});
+    else
+      out.push_back({"member", true, ep.text() + ": etcd " + s->version + (s->leader == s->member ? ", the leader" : ", follows a leader")});
+  }
+  if (reached == 0) {
+    out.push_back({"lock", false, "not looked at: no endpoint answered; acquisitions fail at once (exit 4)"});
+    return out;
+  }
+  client c(a->endpoints);
+  auto v = look(c, *a, call_bounds(c));
+  if (!v) {
+    out.push_back({"lock", false, v.error().message()});
+    return out;
+  }
+  const info i = to_info(*a, *v, sys::now_ms());
+  std::string state = i.held ? "held by " + (i.label.empty() ? std::string("an unnamed holder") : i.label) +
+                                   (i.pid ? " (pid " + std::to_string(*i.pid) + (i.host.empty() ? "" : ", host " + i.host) + ")" : "") +
+                                   ", fence " + std::to_string(i.fence)
+                         : "free";
+  state += ", " + std::to_string(v->queue.size()) + " waiting";
+  const bool unreadable = v->holder && !v->holder->rec.problem.empty();
+  out.push_back({"lock", !unreadable, state + (unreadable ? " (the holder key holds an unreadable record: " +
+                                                                v->holder->rec.problem + ")" : "")});
+  if (v->foreign)
+    out.push_back({"keys", false, std::to_string(v->foreign) + " key(s) under " + a->queue_prefix() +
+                                      " are no waiter's entry (no lease, or not named by their lease): ignored"});
+  return out;
+}
+
 std::int64_t wait_change(const std::string& url, std::int64_t since, milliseconds wait,
                          const std::vector<int>& cancel_fds) {
   auto a = parse_address(url);

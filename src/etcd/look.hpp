@@ -23,6 +23,16 @@ info wait_free(const std::string& url, milliseconds wait);
 // holder key as it was read (a transaction on its create revision) and
 // revokes its lease, so that its keeper learns it at once.
 result<release_outcome> release_by(const std::string& url, const release_request& req);
+// What `doctor` says of an etcd lock: the URL, each member (reached, its
+// version, whether it has a leader), the lock's keys (its state, entries
+// that are not a waiter's).
+struct health_line {
+  std::string name;
+  bool ok = true;
+  std::string detail;
+};
+std::vector<health_line> health(const std::string& url);
+
 // Waits until the lock (holder or queue) changes after `since` (a
 // revision; 0: now), the wait passes, or one of `cancel_fds` is readable.
 // Returns the revision seen last (0 when etcd could not be reached).
