@@ -349,7 +349,11 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
   // abandons the wait; one that arrives once CMD runs is passed on to it.
   const int signals = os::catch_signals();
   std::string token = new_token();
-  auto child = os::gated_child::fork_gated(a.cmd, {{env_lock_token, token}}, per_slot);
+  // An etcd lock is held by this process's lease, not by CMD's pid: should
+  // this process die, CMD dies with it (SIGKILL, the one signal CMD cannot
+  // ignore), so that it never runs on once the lease lapses and another
+  // host takes the lock.
+  auto child = os::gated_child::fork_gated(a.cmd, {{env_lock_token, token}}, per_slot, is_etcd_lock(path));
   if (!child) {
     say(child.error().message());
     return exit_system;
