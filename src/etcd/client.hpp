@@ -137,7 +137,7 @@ class client {
   struct member_status {
     endpoint where;
     std::string version;
-    std::int64_t leader = 0, member = 0, raft_term = 0;
+    std::uint64_t leader = 0, member = 0, raft_term = 0;
   };
   result<member_status> status(const sys::net_bounds& b);
 
