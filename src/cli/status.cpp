@@ -37,7 +37,8 @@ int watch_etcd_status(const args& a, const gpu_plan& gpus, const std::string& pa
   const bool tty = os::terminal_width(os::standard_output) > 0;
   std::string last_shape, last_text;
   bool first = true;
-  std::int64_t seen = 0;
+  // Read before each look: a change after it wakes the wait below.
+  std::int64_t seen = detail::etcd::current_revision(path);
   for (;;) {
     board b = look(a, gpus, path, std::nullopt);
     const std::string shape = shape_of(b) + b.problem;

@@ -155,6 +155,14 @@ std::vector<health_line> health(const std::string& url) {
   return out;
 }
 
+std::int64_t current_revision(const std::string& url) {
+  auto a = parse_address(url);
+  if (!a) return 0;
+  client c(a->endpoints);
+  auto r = c.range(a->holder_key(), false, call_bounds(c));
+  return r ? r->revision : 0;
+}
+
 std::int64_t wait_change(const std::string& url, std::int64_t since, milliseconds wait,
                          const std::vector<int>& cancel_fds) {
   auto a = parse_address(url);

@@ -33,6 +33,10 @@ struct health_line {
 };
 std::vector<health_line> health(const std::string& url);
 
+// The store's revision now (0 when etcd cannot be reached): what a watcher
+// of the lock reads before its first look, so that wait_change() from it
+// misses no change made after.
+std::int64_t current_revision(const std::string& url);
 // Waits until the lock (holder or queue) changes after `since` (a
 // revision; 0: now), the wait passes, or one of `cancel_fds` is readable.
 // Returns the revision seen last (0 when etcd could not be reached).

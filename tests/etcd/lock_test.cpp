@@ -228,6 +228,8 @@ TEST_CASE("etcd lock: a holder whose key is removed is told, as for a local lock
   (void)acquired(h);
   auto del = cl.txn({}, {{etcd::txn_op::kind::del, "/offload-lock/lock/lost/holder", "", 0, false}}, {}, soon());
   REQUIRE(del);
+  // Told while it holds, not only at its release.
+  CHECK(eventually_every_50ms([&] { return h.err_text().find("WARNING") != std::string::npos; }, 30s));
   h.close_stdin();
   CHECK(h.wait(30s) == 5);
   CHECK(h.err_text().find("WARNING: the lock " + c.url("lost") + " was removed or replaced by someone else") !=
