@@ -4,6 +4,7 @@
 // and every malformed reply are Beast's to judge.
 #include "etcd/http.hpp"
 
+#include <limits>
 #include <utility>  // before Beast: 1.74's Asio uses std::exchange without it
 
 #include <boost/asio/buffer.hpp>
@@ -53,12 +54,14 @@ struct connection::impl {
     return {};
   }
 
-  void new_parser() {
+  // `limit`: the most body a reply may have. A stream's body has no end
+  // known in advance: its messages are bounded one by one instead (and an
+  // explicit limit, not boost::none: Beast 1.74 compares a Content-Length
+  // against a disabled limit as if it were exceeded).
+  void new_parser(std::uint64_t limit) {
     parser.emplace();
     parser->header_limit(static_cast<std::uint32_t>(max_head_bytes));
-    // The body's size is counted here, as it is copied out: the stream's
-    // body has no end known in advance.
-    parser->body_limit(boost::none);
+    parser->body_limit(limit);
     parser->eager(true);
   }
 
@@ -97,6 +100,10 @@ struct connection::impl {
       body.append(out, got);
       if (ec == http::error::need_buffer) continue;  // the body buffer filled: more to come out
       if (ec == http::error::need_more || !ec) return true;
+      if (ec == http::error::body_limit) {
+        e = fail(sys_code(std::errc::message_size), "a reply of more than " + std::to_string(limit) + " bytes from");
+        return false;
+      }
       e = fail(sys_code(std::errc::protocol_error), "a malformed HTTP reply (" + ec.message() + ") from");
       return false;
     }
@@ -150,7 +157,7 @@ result<http_reply> connection::post(std::string_view target, std::string_view bo
   for (int attempt = 0; attempt < 2; ++attempt) {
     const bool reused = c.sock.valid();
     if (error e = c.ensure_open(b)) return e;
-    c.new_parser();
+    c.new_parser(max_reply_bytes);
     c.in.clear();
     error e = c.send_request(target, body, b);
     if (!e) {
@@ -172,7 +179,7 @@ result<http_reply> connection::start_stream(std::string_view target, std::string
   impl& c = *p_;
   c.close();
   if (error e = c.ensure_open(b)) return e;
-  c.new_parser();
+  c.new_parser(std::numeric_limits<std::uint64_t>::max());
   if (error e = c.send_request(target, body, b)) {
     c.close();
     return e;
