@@ -389,3 +389,35 @@ TEST_CASE("etcd lock through the library and the C API: fence, nesting, children
   CHECK(ol::lock::acquire(many).error() == ol::errc::bad_input);
   CHECK(ol::lock::acquire("etcd://127.0.0.1:1/bad name", ol::milliseconds(0)).error() == ol::errc::bad_input);
 }
+
+TEST_CASE("etcd lock: a server that remembers the highest fencing token refuses a holder that lost the lock",
+          "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  temp_dir d;
+  const std::string script = std::string(OFFLOAD_LOCK_SOURCE_DIR) + "/tests/etcd/fence_server.py";
+  const std::string port = std::to_string(free_port());
+  child server("/usr/bin/python3", {script, "serve", port});
+  REQUIRE(server.read_line(30s) == std::optional<std::string>("ready"));
+  const std::string ready = (d.path / "ready").string(), go = (d.path / "go").string();
+  const std::string a_said = (d.path / "a").string(), b_said = (d.path / "b").string();
+  // A takes the lock, then waits (for `go`) before it sends its work.
+  child a(cli_exe(), etcd_args(c, "fence", {"--ttl", "2s", "run", "--label", "A", "--", "sh", "-c",
+                                             "touch " + ready + "; while [ ! -e " + go + " ]; do sleep 0.05; done; " +
+                                                 "python3 " + script + " send " + port + " > " + a_said}));
+  REQUIRE(eventually([&] { return fs::exists(ready); }, 30s));
+  // A's offload-lock is paused past its lease's TTL: B takes the lock and sends.
+  REQUIRE(stop_process(a.pid()));
+  auto b = etcd_cli(c, "fence", {"run", "--wait", "60s", "--label", "B", "--", "sh", "-c",
+                                 "python3 " + script + " send " + port + " > " + b_said});
+  CHECK(b.code == 0);
+  CHECK(read_file(b_said) == "accepted\n");
+  // A's CMD still believes it holds the lock, and sends with its older token.
+  write_file(go, "");
+  CHECK(eventually([&] { return fs::exists(a_said) && !read_file(a_said).empty(); }, 30s));
+  CHECK(read_file(a_said).rfind("stale fencing token ", 0) == 0);
+  ::kill(a.pid(), SIGCONT);
+  CHECK(a.wait(30s) == 0);
+  // And A's offload-lock, running again, learned it lost the lock.
+  CHECK(a.err_text().find("lost its etcd lease") != std::string::npos);
+}
