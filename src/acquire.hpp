@@ -28,6 +28,8 @@ struct handle {
   // An etcd lock's acquisition (etcd/lock.hpp): then `gate` is null, and
   // every member of `lock` asks this instead.
   std::shared_ptr<etcd::hold> remote;
+  // Its record in the fleet view (etcd/fleet.hpp); 0: none.
+  std::uint64_t fleet_id = 0;
 };
 
 // lock::acquire() behind the public class (it is the class's friend).

@@ -5,6 +5,7 @@
 
 #include "acquire.hpp"
 #include "etcd/address.hpp"
+#include "etcd/fleet.hpp"
 #include "etcd/lock.hpp"
 #include "idle.hpp"
 #include "inherit.hpp"
@@ -45,12 +46,24 @@ result<lock> lock::acquire(const lock_options& opt) {
     if (!h) return h.error();
     return acquirer::make_remote(std::move(*h), !nested);
   }
-  return acquirer::acquire(opt, path);
+  // The fleet view, when one is configured: handed to a background thread,
+  // never waited for (etcd/fleet.hpp).
+  const std::uint64_t fleet_id = etcd::fleet::waiting(opt, path);
+  auto r = acquirer::acquire(opt, path);
+  if (fleet_id) {
+    if (r && r->h_->outermost && r->h_->gate->held) {
+      etcd::fleet::held(fleet_id, *r, opt);
+      r->h_->fleet_id = fleet_id;
+    } else {
+      etcd::fleet::gone(fleet_id);
+    }
+  }
+  return r;
 }
 
 lock acquirer::make_remote(std::shared_ptr<etcd::hold> h, bool outermost) {
   const int gpu = h->gpu();
-  return lock(std::make_unique<handle>(handle{nullptr, outermost, false, gpu, sys::self_pid(), std::move(h)}));
+  return lock(std::make_unique<handle>(handle{nullptr, outermost, false, gpu, sys::self_pid(), std::move(h), 0}));
 }
 
 result<lock> lock::acquire(const std::string& path, milliseconds wait) {
@@ -152,6 +165,7 @@ error lock::release() {
   }
   // A nested acquisition of an etcd lock leaves it to the outermost one.
   if (h->remote) return h->outermost ? h->remote->release() : error{};
+  etcd::fleet::gone(h->fleet_id);
   local_gate& g = *h->gate;
   std::unique_lock<std::mutex> guard(g.mu);
   // A nested acquisition only counts down; the outermost one releases.
@@ -174,6 +188,7 @@ void lock::detach() noexcept {
     if (h->outermost) h->remote->detach();
     return;
   }
+  etcd::fleet::gone(h->fleet_id);
   {
     std::lock_guard<std::mutex> guard(h->gate->mu);
     if (!h->outermost) {
@@ -203,6 +218,16 @@ error lock::hold_until_holder_exits() {
     h_.reset();
     return e;
   }
+  // The fleet record is this keeper's to publish now; its parent detaches.
+  etcd::fleet::adopt(h_->fleet_id);
+  const std::uint64_t fleet_id = h_->fleet_id;
+  struct flushed {
+    std::uint64_t id;
+    // The keeper ends with _exit: its record's deletion is sent first.
+    ~flushed() {
+      if (id) (void)etcd::fleet::flush(500);
+    }
+  } at_end{fleet_id};
   std::shared_ptr<held_state> held;
   {
     std::lock_guard<std::mutex> g(h_->gate->mu);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/exit_codes.hpp"
+#include "cli/fleet.hpp"
 #include "cli/names.hpp"
 #include "cli/output.hpp"
 #include "cli/progress.hpp"
@@ -195,6 +196,7 @@ int cmd_path(const args& a) {
 }
 
 int cmd_status(const args& a, const gpu_plan& gpus, const std::string& path) {
+  if (a.fleet) return print_fleet(a);
   return a.watch ? watch_status(a, gpus, path) : print_status(a, gpus, path);
 }
 

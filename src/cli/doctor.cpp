@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/exit_codes.hpp"
+#include "cli/fleet.hpp"
 #include "cli/gpus.hpp"
 #include "cli/lease_view.hpp"
 #include "cli/output.hpp"
@@ -195,6 +196,8 @@ int cmd_doctor(const args& a) {
                                "/proc is another pid namespace's: other holders' start times and zombie states "
                                "cannot be read, so reused pids are not recognized"});
   for (auto& c : lease_checks(r.path)) checks.push_back({std::move(c.name), c.ok, std::move(c.detail)});
+  if (const auto fleet = fleet_freshness(r.path))
+    checks.push_back({"fleet", !fleet->stale, fleet->stale ? "the fleet view is stale: " + fleet->why : fleet->why});
   const auto& gpus = machine_gpus();
   if (!gpus)
     checks.push_back({"nvidia-smi", false,

@@ -21,7 +21,7 @@ const std::map<std::string, std::string>& helps() {
        "  --explain  also say which rule chose it, and the path Go readers use when it differs\n"
        "             (Go reads only $TMPDIR).\n"},
       {"status",
-       "offload-lock status [--watch] [--prometheus] [--gpus N|auto | --gpu K]\n"
+       "offload-lock status [--watch] [--prometheus] [--fleet] [--gpus N|auto | --gpu K]\n"
        "  Show who holds the lock and who waits for it: one line for the holder (with its expected\n"
        "  free time when it declared a duration), one per waiting offload-lock process in the order\n"
        "  the lock serves them, with position, priority and ETA. Under each slot, the GPU as nvidia-smi reports it:\n"
@@ -35,6 +35,9 @@ const std::map<std::string, std::string>& helps() {
        "  --watch       redraw whenever the holder or the queue changes, until interrupted; with\n"
        "                --json, one line per change, each line the --json object\n"
        "  --prometheus  print the node_exporter textfile-collector format instead (exit 0)\n"
+       "  --fleet       every host's locks instead, as published to $OFFLOAD_LOCK_FLEET\n"
+       "                (etcd://HOST:PORT[,...]): each holder and its queue (--json, --prometheus\n"
+       "                too; exit 4 when etcd cannot be reached)\n"
        "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
       {"acquire",
        "offload-lock acquire [-w|--wait DUR] [--remind DUR] [--pid PID] [-l|--label TEXT]\n"

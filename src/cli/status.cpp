@@ -13,6 +13,7 @@
 
 #include "cli/board.hpp"
 #include "cli/devices.hpp"
+#include "cli/fleet.hpp"
 #include "cli/history.hpp"
 #include "cli/history_view.hpp"
 #include "cli/lease_view.hpp"
@@ -156,11 +157,16 @@ int print_status(const args& a, const gpu_plan& gpus, const std::string& path) {
   }
   // The gpulease lease of current upstream runners, where a root exists.
   const auto lease = look_lease_board();
+  // This host's part of the fleet view, where one is configured.
+  const auto fleet = is_etcd_lock(path) ? std::nullopt : fleet_freshness(path);
   if (a.json) {
-    std::cout << dump(board_json(b, a)) << "\n";
+    ojson j = board_json(b, a);
+    if (fleet) j["fleet"] = fleet_json(*fleet);
+    std::cout << dump(j) << "\n";
   } else {
     std::cout << render(b, a) << printable("lock: " + path) << "\n";
     if (lease) std::cout << lease_text(*lease) << "\n";
+    if (fleet) std::cout << printable("fleet: " + std::string(fleet->stale ? "stale: " : "") + fleet->why) << "\n";
   }
   bool all_held = true;
   for (std::size_t k = 0; k < b.slots.size(); ++k)
