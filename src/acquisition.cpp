@@ -2,6 +2,7 @@
 #include "acquisition.hpp"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -19,12 +20,19 @@ namespace {
 
 // The leftovers of processes that died mid-step (staging, moved-aside and
 // staged directories) are looked for once per lock per process, and again
-// whenever a wait begins: a listing of the lock's parent (a busy /tmp, say)
-// is not on every acquisition's path.
+// when a wait begins at least a minute after the last look: a listing of the
+// lock's parent (a busy /tmp, say) is on no acquisition's path, not even a
+// contended one's (every acquisition of a busy lock waits). Left there, they
+// cost nothing but the space: nothing judges them.
+constexpr std::int64_t kLeftoversAgainMs = 60'000;
 std::mutex cleaned_mu;
 std::set<std::string>& cleaned() {
   static std::set<std::string> done;
   return done;
+}
+std::map<std::string, std::int64_t>& cleaned_at() {
+  static std::map<std::string, std::int64_t> at;
+  return at;
 }
 
 // fork() copies only the calling thread: the mutex is taken around it, so
@@ -45,9 +53,25 @@ void clean_leftovers_once(const target& t) {
   {
     std::lock_guard<std::mutex> g(cleaned_mu);
     if (!cleaned().insert(key).second) return;
+    cleaned_at()[t.path] = sys::monotonic_ms();
   }
   clean_leftovers(t);
 }
+
+void clean_leftovers_again(const target& t) {
+  {
+    std::lock_guard<std::mutex> g(cleaned_mu);
+    const std::int64_t now = sys::monotonic_ms();
+    auto [it, made] = cleaned_at().emplace(t.path, now);
+    if (!made && now - it->second < kLeftoversAgainMs) return;
+    it->second = now;
+  }
+  clean_leftovers(t);
+}
+
+// How far meta.json's startedAt may lag the moment a staged lock is taken
+// before it is written again (see take()).
+constexpr std::int64_t kRestampMs = 1'000;
 
 std::int64_t refresh_period(std::int64_t ttl) { return std::clamp<std::int64_t>(ttl / 4, 100, 60'000); }
 
@@ -84,12 +108,13 @@ void acquisition::read_queue() {
 }
 
 result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, claim* c, const std::string* written) {
-  if (staged && place_.joined()) {
+  if (staged && place_.joined() && !place_.view(s.k).ahead.empty()) {
     // Handed over past a stopped waiter still ahead in line (a releasing
     // holder skips those, handoff.cpp): it was passed over, and the record
     // says so as for any pass-over. One that joined ahead after the
     // releaser chose (of a higher priority, say) did nothing wrong: it is
-    // next, not passed over.
+    // next, not passed over. (Nobody ahead at the last read: nobody
+    // skipped, and the queue is not read again on the way to holding.)
     read_queue();
     for (const auto& e : place_.view(s.k).ahead)
       if (cannot_claim(e)) place_.pass_over(e);
@@ -100,8 +125,12 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   auto held = std::make_shared<held_state>();
   if (staged) {
     // Swapped in by the releasing holder, or renamed in by this waiter: the
-    // record now says when it was taken.
-    if (s.staged->rewrite_meta(bytes)) bytes = s.staged->meta_bytes();
+    // record now says when it was taken, unless it was staged so recently
+    // that it says so already (to within kRestampMs) and has nobody passed
+    // over to name: then it stands as written, and the handoff costs no
+    // file made on the way to holding.
+    const bool recent = rec.passed_over.empty() && rec.started_at - s.staged_at < kRestampMs;
+    if (recent || s.staged->rewrite_meta(bytes)) bytes = s.staged->meta_bytes();
     w_.unwatch(s.staged_watch);
     s.staged_watch = -1;
     held->dir = s.staged->take_dir();
@@ -135,8 +164,9 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   }
   held->t = std::move(s.t);
   s.gate_owned = false;  // the gate of the slot taken stays this thread's
+  if (const queue_entry* me = place_.me()) held->queue_dir = me->dir;
   // Out of the queue before anyone is told (its followers move up).
-  place_.leave();
+  place_.leave(/*taking=*/true);
   for (auto& other : slots_)
     if (other.staged) (void)other.staged->withdraw(other.t);
   if (p_.hold.heartbeat) start_heartbeat(held);
@@ -149,6 +179,7 @@ void acquisition::stage(slot& s) {
   meta_record rec = record_for(s);
   s.staged = staged_lock::make(s.t, place_.me()->stem(), serialize(rec));
   if (!s.staged) return;
+  s.staged_at = rec.started_at;
   s.staged_watch = w_.watch_lock(s.staged->path(), false);
   s.staged_touch_at = sys::monotonic_ms() + refresh_period(p_.judge.ttl_ms);
 }
@@ -179,7 +210,10 @@ result<std::shared_ptr<held_state>> acquisition::withdraw_all() {
 }
 
 result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool active) {
-  auto d = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen);
+  // Handed over: the releasing holder swapped the staged lock in. One stat
+  // says so, before any look (the way to holding after a handoff).
+  if (s.staged && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
+  auto d = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen, false);
   if (!d) {
     // Not even a stat of the lock path: unknown, looked at again.
     r.unknown = d.error();
@@ -328,7 +362,7 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
     // The claim failed (out of space or descriptors, say). While someone
     // else took the lock meanwhile, that is no reason to stop waiting;
     // on a free lock it is the answer, naming the file.
-    auto again = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen);
+    auto again = inspect_target(s.t, p_.judge.ttl_ms, p_.judge.grace_ms, pv_, &s.seen, false);
     if (!again || !again->o.snap.present || again->v.free()) return c.error();
     r.unknown = c.error();
   }
@@ -365,8 +399,20 @@ result<std::shared_ptr<held_state>> acquisition::run() {
     queue_read_ = false;
     const bool queueing = p_.entry.queue && !join_failed_;
     bool active = !queueing || (!place_.joined() && !trying);
+    // Handed over while asleep: one stat per staged slot says so, before
+    // anything is read (the way from the swap to holding).
+    for (auto& s : slots_)
+      if (s.staged && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
     std::optional<queue_view> primary;
-    if (place_.joined()) {
+    if (place_.joined() && !queue_news_) {
+      // Woken only by the lock (a holder came or went) or by a follower
+      // announcing itself: the queue ahead has not moved for this waiter
+      // (an active one stays active, one far back stays asleep). Whether
+      // someone is ahead of a free lock is read again after the look that
+      // finds it free (step()).
+      active = last_active_;
+      primary = last_primary_;
+    } else if (place_.joined()) {
       read_queue();
       sys::crash_point("acquisition.queue-read");
       int own = -1;
@@ -377,19 +423,32 @@ result<std::shared_ptr<held_state>> acquisition::run() {
         if (v.active()) active = true;
         if (!primary) primary = std::move(v);
       }
-      // Moved up among the active ones: those following this waiter may
-      // now be active too.
-      if (active && last_own_ahead_ >= 0 && own < last_own_ahead_) place_.wake_followers();
+      // Moved up far enough that the one following it is now active too:
+      // it must start to watch the lock and stage (those further back
+      // stay asleep).
+      if (last_own_ahead_ >= 0 && own < last_own_ahead_ && own + 1 < active_waiters) place_.wake_followers();
       last_own_ahead_ = own;
+      last_primary_ = primary;
     }
+    last_active_ = place_.joined() && active;
+    queue_news_ = false;
     // Not queued yet: look without watching (the queue decides the role).
     const bool watching = active && (place_.joined() || !queueing);
-    for (auto& s : slots_) {
-      auto res = step(s, r, watching);
-      if (!res) return finish(res.error());
-      if (*res) return res;
+    if (place_.joined() && !active) {
+      // Far back in line: the lock is the active waiters' to watch, claim
+      // and pass over. Nothing is looked at until this waiter is active; the
+      // holders shown are the last ones it saw.
+      r.holders = last_holders_;
+    } else {
+      for (auto& s : slots_) {
+        auto res = step(s, r, watching);
+        if (!res) return finish(res.error());
+        if (*res) return res;
+      }
+      last_holders_ = r.holders;
     }
     if (r.changed) {
+      queue_news_ = true;
       churn_.round_without_wait();
       continue;
     }
@@ -398,9 +457,10 @@ result<std::shared_ptr<held_state>> acquisition::run() {
     if (!trying && p_.until.expired()) return finish(r.unknown ? *r.unknown : error(errc::timed_out, p_.base));
     // Starting to wait: into the queue, and look again from there.
     if (!trying && queueing && !place_.joined()) {
+      queue_news_ = true;
       place_.join();
       if (place_.joined())
-        for (const auto& s : slots_) clean_leftovers(s.t);
+        for (const auto& s : slots_) clean_leftovers_again(s.t);
       else
         join_failed_ = true;
       continue;
@@ -426,6 +486,10 @@ result<std::shared_ptr<held_state>> acquisition::run() {
         w_.unwatch(pred_watch_);
         pred_watch_ = -1;
         pred_pid_ = 0;
+        // Told by the one ahead when it leaves, so that this waiter learns
+        // it moved up (and wakes its own follower) without reading the
+        // queue at each change of the lock.
+        if (primary && primary->own_pred && !place_.follow(*primary->own_pred)) queue_news_ = true;
       } else {
         // Far back: no lock watch and no staged lock; asleep on the exit of
         // this user's waiter just ahead and on the wake channel.
@@ -464,12 +528,22 @@ result<std::shared_ptr<held_state>> acquisition::run() {
     const auto why = report_.wait_ticking(timeout, [&](std::int64_t ms) { return w_.wait(ms, p_.cancel_fds, &fired); });
     if (why == sys::watcher::wake::extra_fd) return finish(error(errc::cancelled, p_.base));
     for (auto& s : slots_) s.armed.woken(fired);
+    const int told_before = place_.wakes_told();
+    place_.read_wake();
+    // Anything but the lock's own watches and a follower's announcement
+    // (a "w" in the wake channel, the one ahead exiting, a staged lock, a
+    // timer): the queue may have moved.
+    queue_news_ = queue_news_ || fired.empty() || place_.wakes_told() != told_before ||
+                  std::any_of(fired.begin(), fired.end(), [&](int id) {
+                    return id != wake_watch_ && std::none_of(slots_.begin(), slots_.end(), [&](const slot& s) {
+                             return id == s.armed.dir_id || id == s.armed.pid_id;
+                           });
+                  });
     if (std::find(fired.begin(), fired.end(), pred_watch_) != fired.end()) {
       w_.unwatch(pred_watch_);
       pred_watch_ = -1;
       pred_pid_ = 0;
     }
-    place_.read_wake();
     if (!r.unknown) churn_.waited();
     else unknown_backoff_ = std::min<std::int64_t>(unknown_backoff_ * 2, fallback_poll_ms);
   }

@@ -66,6 +66,7 @@ class acquisition {
     std::unique_ptr<staged_lock> staged;
     int staged_watch = -1;
     std::int64_t staged_touch_at = 0;
+    std::int64_t staged_at = 0;  // the staged meta.json's startedAt
     sys::file_id contended_id;
     std::int64_t contended_since = -1;
     info last;
@@ -106,6 +107,13 @@ class acquisition {
   int wake_watch_ = -1, pred_watch_ = -1;
   std::int64_t pred_pid_ = 0;
   int last_own_ahead_ = -1;
+  // Whether the queue may have moved since it was last read (not after a
+  // wake by the lock's watches alone), whether this waiter was active then,
+  // and what it saw.
+  bool queue_news_ = true;
+  bool last_active_ = false;
+  std::optional<queue_view> last_primary_;
+  std::vector<info> last_holders_;
   churn_guard churn_;
   std::int64_t unknown_backoff_ = unknown_retry_ms;
   wait_report report_;

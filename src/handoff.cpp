@@ -1,7 +1,10 @@
 // The handoff without a gap (handoff.hpp).
 #include "handoff.hpp"
 
+#include <map>
+
 #include "meta.hpp"
+#include "os/watch.hpp"
 #include "os/clock.hpp"
 #include "os/process.hpp"
 #include "os/programs.hpp"
@@ -24,18 +27,23 @@ std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::strin
   auto pd = sys::open_dir(sys::cwd, parent, false, s->shown_);
   if (!pd) return nullptr;
   s->parent_ = std::move(*pd);
-  if (sys::mkdir_at(t.parent.get(), s->name_, 0777, s->shown_)) {
+  // Built under a private name and renamed in once complete: a releaser
+  // waiting for it (hand_to_next) is woken by that rename, and never finds
+  // it half made.
+  const std::string building = stage_prefix(t) + unique_suffix();
+  if (sys::mkdir_at(t.parent.get(), building, 0777, s->shown_)) {
     s->taken_ = true;
     return nullptr;
   }
+  bool renamed = false;
   auto fail = [&]() -> std::unique_ptr<staged_lock> {
     s->meta_.reset();
     s->dir_.reset();
-    (void)remove_lock_dir_at(t.parent.get(), s->name_, s->shown_);
+    (void)remove_lock_dir_at(t.parent.get(), renamed ? s->name_ : building, s->shown_);
     s->taken_ = true;  // nothing left to withdraw
     return nullptr;
   };
-  auto d = sys::open_dir(t.parent.get(), s->name_, true, s->shown_);
+  auto d = sys::open_dir(t.parent.get(), building, true, s->shown_);
   if (!d) return fail();
   s->dir_ = std::move(*d);
   auto st = sys::stat_fd(s->dir_.get(), s->shown_);
@@ -45,6 +53,8 @@ std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::strin
   auto m = sys::create_file_at(s->dir_.get(), meta_file_name, meta, 0644, s->shown_);
   if (!m || sys::chmod_fd(m->get(), 0644, s->shown_) || sys::ofd_lock(m->get(), true)) return fail();
   s->meta_ = std::move(*m);
+  if (sys::rename_noreplace(t.parent.get(), building, s->name_, s->shown_)) return fail();
+  renamed = true;
   sys::guard_from_fork(s->meta_.get());
   s->id_ = st->id;
   s->bytes_ = meta;
@@ -159,15 +169,34 @@ sys::fd staged_lock::take_meta() {
 
 namespace {
 
+// How long a releasing holder waits for the next in line to stage its lock
+// before it releases plainly (see hand_to_next).
+constexpr std::int64_t kStageWaitMs = 20;
+
 // The first live waiter in line for `slot`, not passed over, not stopped.
-std::optional<queue_entry> next_in_line(const std::string& base, int slot, const std::set<std::string>& skip) {
-  registry_reader r(base);
-  for (auto& e : r.live()) {
-    if (!accepts(e.rec, slot) || skip.count(passed_name(e))) continue;
-    if (cannot_claim(e)) continue;  // it keeps its place; the next one is served
-    return std::optional<queue_entry>(std::move(e));
+// This thread's reader of each registry it released into: the directories
+// it holds open and the entries it has read are kept from one release to the
+// next (a process that takes and releases a lock again and again).
+registry_reader& reader_for(const std::string& base) {
+  thread_local std::map<std::string, std::unique_ptr<registry_reader>> readers;
+  auto& r = readers[base];
+  if (!r) {
+    if (readers.size() > 16) {
+      readers.clear();
+      return *(readers[base] = std::make_unique<registry_reader>(base));
+    }
+    r = std::make_unique<registry_reader>(base);
   }
-  return std::nullopt;
+  return *r;
+}
+
+// Only the entries in line before it are probed (registry_reader::first).
+std::optional<queue_entry> next_in_line(const std::string& base, int slot, const std::set<std::string>& skip) {
+  registry_reader& r = reader_for(base);
+  return r.first([&](const queue_entry& e) {
+    // A stopped one keeps its place; the next one is served.
+    return accepts(e.rec, slot) && !skip.count(passed_name(e)) && !cannot_claim(e);
+  });
 }
 
 }  // namespace
@@ -179,21 +208,51 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   const std::string name = next_prefix(t) + next->stem();
   const std::string shown = "staged lock " + name + " beside " + t.path;
   // Its staged lock, checked as its own: a directory and a meta.json of the
-  // entry's author, write-locked by it, naming its process.
-  auto sd = sys::open_dir(t.parent.get(), name, true, shown);
-  if (!sd) return false;
-  auto sst = sys::stat_fd(sd->get(), shown);
-  if (!sst || !sst->is_dir || sst->uid != next->uid) return false;
-  auto mf = sys::open_read(sd->get(), meta_file_name, shown);
-  if (!mf) return false;
-  auto mb = sys::read_fd(mf->get(), meta_cap, shown, true);
-  if (!mb || mb->st.uid != next->uid || !mb->write_locked() || mb->truncated) return false;
-  const parsed_meta m = parse_meta(mb->bytes);
-  if (!m.js_pid || m.token.empty()) return false;
-  // The waiter's process, or the command it will run (`run` names its CMD,
-  // started before the lock is taken and held back until then).
-  const auto named = static_cast<std::int64_t>(*m.js_pid);
-  if (named != next->rec.pid && sys::parent_of(named) != std::optional<std::int64_t>(next->rec.pid)) return false;
+  // entry's author, write-locked by it, naming its process. `absent`: not
+  // (yet) there or not complete.
+  enum class staged { ok, absent, refused };
+  auto check = [&]() -> staged {
+    auto sd = sys::open_dir(t.parent.get(), name, true, shown);
+    if (!sd) return sd.error().code() == std::errc::no_such_file_or_directory ? staged::absent : staged::refused;
+    auto sst = sys::stat_fd(sd->get(), shown);
+    if (!sst || !sst->is_dir || sst->uid != next->uid) return staged::refused;
+    auto mf = sys::open_read(sd->get(), meta_file_name, shown);
+    if (!mf) return mf.error().code() == std::errc::no_such_file_or_directory ? staged::absent : staged::refused;
+    auto mb = sys::read_fd(mf->get(), meta_cap, shown, true);
+    if (!mb || mb->st.uid != next->uid || mb->truncated) return staged::refused;
+    if (!mb->write_locked()) return staged::absent;  // being written
+    const parsed_meta m = parse_meta(mb->bytes);
+    if (!m.js_pid || m.token.empty()) return staged::refused;
+    // The waiter's process, or the command it will run (`run` names its CMD,
+    // started before the lock is taken and held back until then).
+    const auto named = static_cast<std::int64_t>(*m.js_pid);
+    if (named != next->rec.pid && sys::parent_of(named) != std::optional<std::int64_t>(next->rec.pid))
+      return staged::refused;
+    return staged::ok;
+  };
+  staged st = check();
+  // Next in line but not staged yet (it has just moved up, and learns so
+  // after the lock changed hands): woken, and given a moment to stage, so
+  // that the lock passes on without the path ever being absent. A waiter
+  // among several slots never stages: released plainly at once.
+  if (st == staged::absent && queue_slot(next->rec) >= 0) {
+    if (!reader_for(base).send_to(*next, "w")) (void)send(base, next->dir, next->stem(), "w");
+    // Woken when it renames its staged lock in (staged_lock::make), or by
+    // anything else that changes the lock's parent, then looked at again;
+    // without an inotify instance, looked at every millisecond.
+    std::string parent, name_unused;
+    sys::split_path(t.path, parent, name_unused);
+    sys::watcher w;
+    const int watching = w.watch_entries(parent);
+    const std::int64_t until = sys::monotonic_ms() + kStageWaitMs;
+    for (st = check(); st == staged::absent;) {
+      const std::int64_t left = until - sys::monotonic_ms();
+      if (left <= 0) break;
+      (void)w.wait(watching >= 0 ? left : std::min<std::int64_t>(left, 1), {}, nullptr);
+      st = check();
+    }
+  }
+  if (st != staged::ok) return false;
 
   sys::crash_point("handoff.checked");
   // The caller holds the movers' flock on its directory (reclaim.hpp), so no
@@ -224,12 +283,12 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   // Empty now: an rmdir by name can only ever remove an empty directory, so
   // it never takes a staged lock made there again meanwhile (never empty).
   if (out) {
-    auto st = sys::stat_at(t.parent.get(), name, shown);
-    if (st && st->id == own_id) (void)sys::unlink_at(t.parent.get(), name, true, shown);
+    auto left = sys::stat_at(t.parent.get(), name, shown);
+    if (left && left->id == own_id) (void)sys::unlink_at(t.parent.get(), name, true, shown);
   }
   // Woken by its staged directory's move already; the wake channel too, for
   // a waiter that could not watch it.
-  (void)send(base, next->dir, next->stem(), "w");
+  if (!reader_for(base).send_to(*next, "w")) (void)send(base, next->dir, next->stem(), "w");
   return true;
 }
 

@@ -53,7 +53,12 @@ class heartbeat_service {
     s->held_since = sys::monotonic_ms();
     s->next_touch = s->held_since + s->period();
     entries_.push_back(s);
-    sys::notify(wake_w_.get());
+    // Woken only when it would otherwise sleep past this lock's first
+    // deadline (its watch, kWatchAfterMs from now): a process taking the
+    // lock again and again finds the thread due to wake soon already, and
+    // costs it no wake of its own.
+    const std::int64_t first_due = s->held_since + kWatchAfterMs;
+    if (wakes_at_ < 0 || wakes_at_ > first_due) sys::notify(wake_w_.get());
   }
 
   void poke() {
@@ -65,6 +70,16 @@ class heartbeat_service {
     std::lock_guard<std::mutex> g(mu_);
     if (!s->registered) return;
     s->registered = false;
+    // A lock released before the thread set up anything for it is dropped
+    // here and now (the thread holds its own reference while it works on
+    // it): its descriptors close as the lock lets go of it, and the thread
+    // is not woken. One with watches is the thread's to drop, at once.
+    if (!s->watch_tried) {
+      entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                    [s](const std::shared_ptr<held_state>& e) { return e.get() == s; }),
+                     entries_.end());
+      return;
+    }
     sys::notify(wake_w_.get());
   }
 
@@ -212,6 +227,8 @@ class heartbeat_service {
           live.push_back(*it);
           ++it;
         }
+        const bool waits = check_now.empty();
+        wakes_at_ = !waits ? sys::monotonic_ms() : timeout < 0 ? -1 : sys::monotonic_ms() + timeout;
       }
       // The lease, once held (outside the service's mutex: the lease has
       // its own): its directory's entries, so that a claim replaced or
@@ -278,6 +295,9 @@ class heartbeat_service {
 
   std::mutex mu_;
   std::vector<std::shared_ptr<held_state>> entries_;
+  // When the thread's current wait ends (monotonic ms; -1: it waits for a
+  // wake). Under mu_.
+  std::int64_t wakes_at_ = -1;
   sys::fd wake_r_, wake_w_;
   bool started_ = false;
 };
@@ -314,6 +334,17 @@ held_state::ownership held_state::check_ours(error* why) const {
   auto st = sys::stat_at(t.parent.get(), t.name, t.path);
   if (!st) return failed(st.error());
   if (st->id != id) return ownership::not_ours;
+  // meta.json still the file this holder wrote (and write-locks): its
+  // contents are this holder's own, so they need no reading. Only a file
+  // that is not (replaced, or a holder without its descriptor) is read for
+  // the token.
+  if (meta_fd.valid()) {
+    auto named = sys::stat_at(dir.get(), meta_file_name, t.path);
+    if (!named) return failed(named.error());
+    auto mine = sys::stat_fd(meta_fd.get(), t.path);
+    if (!mine) return failed(mine.error());
+    if (named->id == mine->id) return ownership::ours;
+  }
   auto mb = sys::read_file_at(dir.get(), meta_file_name, meta_cap, t.path);
   if (!mb) return failed(mb.error());
   return !mb->truncated && parse_meta(mb->bytes).token == token ? ownership::ours : ownership::not_ours;

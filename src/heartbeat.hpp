@@ -40,6 +40,9 @@ struct held_state {
   // this holder passed over.
   std::string base;
   std::set<std::string> passed;
+  // This user's directory in that registry, when this holder waited in it:
+  // tidied (removed if empty, with the registry) once the lock is released.
+  std::string queue_dir;
 
   // Cooperative yield (lock_options::on_yield_request): asked once, when a
   // live waiter of a higher priority than `priority` that may ask it

@@ -22,7 +22,7 @@ std::optional<std::string> inherited_token(const target& t, std::int64_t ttl, st
     auto a = sys::stat_fd(other->parent.get(), *env_path), b = sys::stat_fd(t.parent.get(), t.path);
     if (!a || !b || a->id != b->id) return std::nullopt;
   }
-  auto d = inspect_target(t, ttl, grace, process_view::real());
+  auto d = inspect_target(t, ttl, grace, process_view::real(), nullptr, false);
   if (!d || !d->i.held || d->i.token != *token) return std::nullopt;
   return *token;
 }

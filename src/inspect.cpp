@@ -22,6 +22,7 @@ namespace detail {
 process_view process_view::real() {
   process_view pv;
   pv.probe = sys::probe;
+  pv.signals = sys::signal0;
   pv.start_of = sys::start_of;
   pv.boot_id = sys::boot_id();
   pv.host = sys::host_name();
@@ -78,7 +79,7 @@ error not_a_lock_error(const std::string& path, const verdict& v) {
 }
 
 result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace, const process_view& pv,
-                                watch_clock* seen) {
+                                watch_clock* seen, bool idle_mark) {
   auto o = observe(t);
   if (!o) return o.error();
   detailed d;
@@ -103,7 +104,7 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
   }
   // Unknown counts as held: nobody may take it for free on a failed read.
   d.i.held = !d.v.stale();
-  if (d.i.held && d.o.dir.valid())
+  if (idle_mark && d.i.held && d.o.dir.valid())
     if (auto mark = sys::attr_at(d.o.dir.get(), meta_file_name, idle_attr, idle_mark_cap)) {
       d.i.idle_since = parse_idle_mark(*mark);
       if (d.i.idle_since) d.i.idle_for = milliseconds(std::max<std::int64_t>(0, now - *d.i.idle_since));

@@ -26,10 +26,11 @@ std::string missing_parent(const std::string& path);
 error not_a_lock_error(const std::string& path, const verdict& v);
 
 // Observes and judges the lock. `seen`: the caller's watch clock across
-// looks (see watch_clock), updated here. Only a failure to look at all is
-// an error.
+// looks (see watch_clock), updated here. `idle_mark`: read the holder's
+// idle mark too (a view shows it; a waiter's look has no use for it). Only a
+// failure to look at all is an error.
 result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t grace, const process_view& pv,
-                                watch_clock* seen = nullptr);
+                                watch_clock* seen = nullptr, bool idle_mark = true);
 
 }  // namespace offload_lock::detail
 

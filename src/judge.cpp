@@ -35,7 +35,7 @@ std::string dur(std::int64_t ms) { return describe_duration(milliseconds(ms)); }
 bool node_alive(double pid, const process_view& pv) {
   if (!js_int32(pid)) return false;
   if (pid <= 0) return true;
-  return pv.probe(static_cast<std::int64_t>(pid)) != sys::liveness::dead;
+  return pv.signal0(static_cast<std::int64_t>(pid)) != sys::liveness::dead;
 }
 
 // Why the recorded pid no longer names the holder of a lock without a proof
@@ -97,7 +97,7 @@ go_view go_inspect(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, 
   if (pid > 0) {
     // syscall.Kill truncates to the kernel's pid_t; a pid that does not fit
     // names no process.
-    if (pid > sys::max_pid || pv.probe(pid) == sys::liveness::dead) return g;
+    if (pid > sys::max_pid || pv.signal0(pid) == sys::liveness::dead) return g;
   }
   std::int64_t age = sat_sub(now_ms, s.meta_mtime_ms);
   if (age > ttl_ms) return g;

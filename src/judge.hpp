@@ -63,6 +63,14 @@ struct snapshot {
 // The kernel's answers about processes, injectable for tests.
 struct process_view {
   std::function<sys::liveness(std::int64_t)> probe;
+  // kill(pid, 0) alone (sys::signal0), for the v1 views, which ask nothing
+  // else; unset: derived from `probe` (a zombie answers kill()).
+  std::function<sys::liveness(std::int64_t)> signals;
+  sys::liveness signal0(std::int64_t pid) const {
+    if (signals) return signals(pid);
+    const sys::liveness l = probe(pid);
+    return l == sys::liveness::zombie ? sys::liveness::alive : l;
+  }
   std::function<std::optional<sys::proc_start>(std::int64_t)> start_of;
   std::string boot_id;
   std::string host;

@@ -178,7 +178,6 @@ result<observed> observe(const target& t) {
   o.snap.owner_uid = st->uid;
   o.snap.dir_mode = st->mode;
   o.snap.first_seen_age_ms = std::max<std::int64_t>(0, sat_sub(sys::now_ms(), st->mtime_ms));
-  if (auto pst = sys::stat_fd(t.parent.get(), "parent of " + t.path)) o.snap.parent_mode = pst->mode;
   if (!st->is_dir) return o;
   auto d = sys::open_dir(t.parent.get(), t.name, true, t.path);
   if (!d) {
@@ -197,6 +196,10 @@ result<observed> observe(const target& t) {
     o.snap.owner_uid = fst->uid;
     o.snap.dir_mode = fst->mode;
   }
+  // The parent's mode matters only to a setgid directory (judge.cpp,
+  // not_made_by_mkdir): looked at for those alone.
+  if (o.snap.dir_mode & 02000)
+    if (auto pst = sys::stat_fd(t.parent.get(), "parent of " + t.path)) o.snap.parent_mode = pst->mode;
   read_state(d->get(), t.path, o.snap);
   o.dir = std::move(*d);
   return o;

@@ -3,6 +3,7 @@
 #include "queue.hpp"
 
 #include <algorithm>
+#include <mutex>
 
 #include "os/clock.hpp"
 #include "os/process.hpp"
@@ -28,29 +29,61 @@ bool cannot_claim(const queue_entry& e) { return sys::stopped(e.rec.pid).value_o
 
 queue_place::~queue_place() { leave(); }
 
+namespace {
+
+// The registries this process has swept, by base: a sweep lists this user's
+// whole directory and probes every entry in it, which a process waiting
+// again and again must not pay on every wait. It sweeps once, and again
+// whenever a read finds an entry of this user's left behind.
+std::mutex swept_mu;
+std::set<std::string>& swept() {
+  static std::set<std::string> s;
+  return s;
+}
+struct swept_fork_guard {
+  swept_fork_guard() noexcept {
+    sys::on_fork([] { swept_mu.lock(); }, [] { swept_mu.unlock(); }, [] { swept_mu.unlock(); });
+  }
+};
+#if !defined(__SANITIZE_THREAD__)
+const swept_fork_guard installed_swept_fork_guard;
+#endif
+
+bool first_sweep(const std::string& base) {
+  std::lock_guard<std::mutex> g(swept_mu);
+  return swept().insert(base).second;
+}
+
+}  // namespace
+
 void queue_place::join() {
   if (reg_ || !p_.entry.queue) return;
-  sweep_registry(p_.base);
+  if (first_sweep(p_.base) || reader_.saw_dead_own()) sweep_registry(p_.base);
   reg_ = registration::add(p_.base, rec_);
 }
 
-void queue_place::leave() {
+void queue_place::leave(bool taking) {
   if (!reg_) return;
+  if (taking) reg_->keep_dirs();
   // Out of the registry first, then the last look at the channel: every
   // follower either wrote before it (and is woken below) or finds the
   // entry gone (follow()).
   reg_->withdraw();
   read_wake();
-  reg_.reset();
   // Its followers: one of them is now among the active ones, and must start
-  // to watch the lock.
+  // to watch the lock. (Through the user directory still held open.)
   wake_followers();
+  reg_.reset();
   following_.clear();
 }
 
 void queue_place::read_wake() {
   if (!reg_) return;
   for (const auto& m : reg_->messages()) {
+    if (m == "w") {
+      woken_ = true;
+      ++wakes_told_;
+    }
     // "f <user dir> <stem>": a waiter of this user behind this one.
     if (m.size() > 2 && m.compare(0, 2, "f ") == 0) {
       const auto sp = m.find(' ', 2);
@@ -62,17 +95,24 @@ void queue_place::read_wake() {
 bool queue_place::follow(const queue_entry& pred) {
   const queue_entry* me = this->me();
   if (!me) return false;
-  // Announced again before every sleep: the one ahead forgets its followers
-  // once it has woken them (wake_followers), and a follower woken for
-  // another reason would otherwise sleep unannounced.
+  // Announced again after the one ahead has woken it: it forgets its
+  // followers once it has woken them (wake_followers). Otherwise it still
+  // knows this one, and nothing is written.
+  if (following_ == passed_name(pred) && !woken_) return true;
+  woken_ = false;
   following_.clear();
-  if (!send(p_.base, pred.dir, pred.stem(), "f " + me->dir + " " + me->stem(), true)) return false;
+  const std::string line = "f " + me->dir + " " + me->stem();
+  if (!(pred.dir == me->dir ? reg_->send_beside(pred.stem(), line, true) : send(p_.base, pred.dir, pred.stem(), line, true)))
+    return false;
   following_ = passed_name(pred);
   return true;
 }
 
 void queue_place::wake_followers() {
-  for (const auto& [dir, stem] : followers_) (void)send(p_.base, dir, stem, "w");
+  for (const auto& [dir, stem] : followers_) {
+    if (reg_ && dir == reg_->entry().dir) (void)reg_->send_beside(stem, "w");
+    else (void)send(p_.base, dir, stem, "w");
+  }
   followers_.clear();
 }
 
@@ -159,8 +199,8 @@ std::optional<yield_request> first_above(registry_reader& r, int slot, int prior
 }
 
 std::optional<yield_request> first_waiting(registry_reader& r, int slot) {
-  for (const auto& e : r.live())
-    if (accepts(e.rec, slot)) return yield_request{e.rec.pid, e.rec.label, e.rec.priority};
+  if (auto e = r.first([&](const queue_entry& c) { return accepts(c.rec, slot); }))
+    return yield_request{e->rec.pid, e->rec.label, e->rec.priority};
   return std::nullopt;
 }
 

@@ -67,8 +67,9 @@ class queue_place {
   // queue, claiming whenever it finds the lock free, as a v1 runner does.
   void join();
   // Leaves the queue and wakes this user's next waiters behind it (they may
-  // now be active).
-  void leave();
+  // now be active). `taking`: this waiter takes the lock, and leaves the
+  // registry's directories for its release to tidy (tidy_registry()).
+  void leave(bool taking = false);
   // Leaves and joins again at the back of its priority class (a waiter
   // found passed over in a holder's meta.json).
   void rejoin();
@@ -83,6 +84,9 @@ class queue_place {
   int wake_fd() const { return reg_ ? reg_->wake_fd() : -1; }
   // Reads the wake channel: followers announcing themselves are noted.
   void read_wake();
+  // How many times this waiter has been told to wake ("w": the queue moved
+  // for it), as read by read_wake(); a follower's announcement is not one.
+  int wakes_told() const { return wakes_told_; }
   // Tells `pred` (an entry of this user ahead) that this waiter follows it
   // (before each sleep behind it). False when `pred` will not wake it (it left the
   // queue meanwhile, or its channel cannot be written): look again soon.
@@ -112,6 +116,8 @@ class queue_place {
   std::vector<queue_entry> ahead_all_;  // the last refresh(): live entries served before this one
   std::set<std::pair<std::string, std::string>> followers_;  // (user dir, stem)
   std::string following_;  // the predecessor told, as passed_name
+  bool woken_ = false;     // a "w" came since: the predecessor forgot this one
+  int wakes_told_ = 0;     // how many "w" came
 };
 
 // The pass-over clock of one waiter for one slot. While the lock is

@@ -4,6 +4,7 @@
 #include "registry.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <nlohmann/json.hpp>
 
 #include "etcd/address.hpp"
@@ -160,12 +161,17 @@ bool parse_waiter(const std::string& bytes, waiter_record& out) {
   return true;
 }
 
+bool served_before_keys(int priority, std::int64_t arrival_ns, std::uint32_t uid, const std::string& dir,
+                        const std::string& name, const queue_entry& b) {
+  if (priority != b.rec.priority) return priority > b.rec.priority;
+  if (arrival_ns != b.arrival_ns) return arrival_ns < b.arrival_ns;
+  if (uid != b.uid) return uid < b.uid;
+  if (dir != b.dir) return dir < b.dir;
+  return name < b.name;
+}
+
 bool served_before(const queue_entry& a, const queue_entry& b) {
-  if (a.rec.priority != b.rec.priority) return a.rec.priority > b.rec.priority;
-  if (a.arrival_ns != b.arrival_ns) return a.arrival_ns < b.arrival_ns;
-  if (a.uid != b.uid) return a.uid < b.uid;
-  if (a.dir != b.dir) return a.dir < b.dir;
-  return a.name < b.name;
+  return served_before_keys(a.rec.priority, a.arrival_ns, a.uid, a.dir, a.name, b);
 }
 
 int queue_slot(const waiter_record& r) { return r.gpu >= 0 ? r.gpu : r.gpus == 1 ? 0 : -1; }
@@ -273,6 +279,26 @@ bool registration::intact() {
   return st && mine && st->id == mine->id;
 }
 
+void tidy_registry(const std::string& base, const std::string& user_dir) {
+  std::string name;
+  auto parent = open_parent(base, name);
+  if (!parent) return;
+  const std::string top = queue_dir_name(name), shown = base + " queue";
+  // By name, each only when empty (ENOTEMPTY otherwise). In a sticky
+  // registry another user's directory of that name is not ours to remove
+  // (EPERM), and neither is another user's registry in a sticky parent.
+  (void)sys::unlink_at(parent->get(), top + "/" + user_dir, true, shown);
+  (void)sys::unlink_at(parent->get(), top, true, shown);
+}
+
+bool registration::send_beside(const std::string& to_stem, const std::string& line, bool confirm) {
+  auto w = sys::open_fifo_writer(dir_.get(), to_stem + ".wake", shown_);
+  if (!w) return false;
+  const std::string bytes = line + "\n";
+  if (sys::write_some(w->get(), bytes.data(), bytes.size()) != static_cast<long>(bytes.size())) return false;
+  return !confirm || static_cast<bool>(sys::stat_at(dir_.get(), to_stem + ".json", shown_));
+}
+
 void registration::withdraw() {
   if (withdrawn_) return;
   withdrawn_ = true;
@@ -288,9 +314,11 @@ registration::~registration() {
     wake_.reset();
     dir_.reset();
     // Each succeeds only when nothing else is left in it (ENOTEMPTY).
-    (void)sys::unlink_at(top_.get(), me_.dir, true, shown_);
-    top_.reset();
-    (void)sys::unlink_at(parent_.get(), top_name_, true, shown_);
+    if (!keep_dirs_) {
+      (void)sys::unlink_at(top_.get(), me_.dir, true, shown_);
+      top_.reset();
+      (void)sys::unlink_at(parent_.get(), top_name_, true, shown_);
+    }
   } catch (...) {
     // Out of memory building a message: the entry stays, unlocked, and is
     // swept by this user's next waiter.
@@ -313,21 +341,46 @@ std::vector<std::string> registry_reader::dir_paths() const {
 }
 
 bool registry_reader::open_top() {
+  // Directories held open are listed through their own descriptors (their
+  // offsets rewound): a forked child shares those offsets with its parent,
+  // so it opens its own.
+  if (fork_generation_ != forks_seen()) {
+    fork_generation_ = forks_seen();
+    parent_.reset();
+    top_.reset();
+    for (auto& [name, ud] : dirs_) ud.open.reset();
+  }
   if (!parent_.valid()) {
     std::string name;
     auto p = open_parent(base_, name);
     if (!p) return false;
     parent_ = std::move(*p);
   }
-  // Opened afresh each time: the last waiter out removes the directory and
-  // the next one in makes a new one.
-  auto d = sys::open_dir(parent_.get(), top_name_, true, top_path_);
-  if (!d) return false;
-  top_ = std::move(*d);
-  auto st = sys::stat_fd(top_.get(), top_path_);
-  if (!st) return false;
+  // Looked up by name each time (the last waiter out removes the directory
+  // and the next one in makes a new one), opened again only when the name
+  // holds another directory than the one held open.
+  auto named = sys::stat_at(parent_.get(), top_name_, top_path_);
+  if (!named || !named->is_dir) {
+    top_.reset();
+    return false;
+  }
+  result<sys::stat_info> st = *named;
+  if (!top_.valid() || named->id != top_open_id_) {
+    auto d = sys::open_dir(parent_.get(), top_name_, true, top_path_);
+    if (!d) {
+      top_.reset();
+      return false;
+    }
+    top_ = std::move(*d);
+    st = sys::stat_fd(top_.get(), top_path_);
+    if (!st) {
+      top_.reset();
+      return false;
+    }
+    top_open_id_ = st->id;
+  }
   if (!(top_settled_ && st->id == top_id_ && st->mtime_ms == top_mtime_)) {
-    auto names = sys::list_dir(top_.get(), top_path_, kTopNames);
+    auto names = sys::list_dir_again(top_.get(), top_path_, kTopNames);
     if (!names) return false;
     if (st->id != top_id_) {
       top_dirs_.clear();
@@ -353,8 +406,26 @@ bool registry_reader::open_top() {
   return true;
 }
 
-std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
-  std::vector<queue_entry> out;
+namespace {
+std::atomic<unsigned> forks{0};
+struct fork_counter {
+  fork_counter() noexcept {
+    sys::on_fork(nullptr, nullptr, [] { forks.fetch_add(1, std::memory_order_relaxed); });
+  }
+};
+const fork_counter installed_fork_counter;
+}  // namespace
+
+unsigned registry_reader::forks_seen() { return forks.load(std::memory_order_relaxed); }
+
+std::map<std::string, registry_reader::entry_info>& registry_reader::known() {
+  thread_local std::map<std::string, entry_info> k;
+  return k;
+}
+
+std::vector<registry_reader::candidate> registry_reader::candidates(const queue_entry* before) {
+  saw_dead_own_ = false;
+  std::vector<candidate> out;
   if (!open_top()) return out;
   const std::uint32_t me = sys::effective_uid();
   std::size_t foreign = 0;
@@ -362,24 +433,58 @@ std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
     if (uid != me && ++foreign > kUserDirs) continue;
     read_dir(dir_name, uid, before, out);
   }
+  std::sort(out.begin(), out.end(), [](const candidate& a, const candidate& b) { return served_before(a.e, b.e); });
+  return out;
+}
+
+std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
+  std::vector<queue_entry> out;
+  for (auto& c : candidates(before)) {
+    // Known to come after `before`: not probed at all.
+    if (before && !served_before(c.e, *before)) continue;
+    if (!c.proven && !prove(c)) continue;
+    if (before && !served_before(c.e, *before)) continue;  // its file changed
+    out.push_back(std::move(c.e));
+  }
   std::sort(out.begin(), out.end(), served_before);
   return out;
 }
 
+std::optional<queue_entry> registry_reader::first(const std::function<bool(const queue_entry&)>& want) {
+  for (auto& c : candidates()) {
+    if (!want(c.e)) continue;
+    if (!c.proven && (!prove(c) || !want(c.e))) continue;
+    return std::move(c.e);
+  }
+  return std::nullopt;
+}
+
 void registry_reader::read_dir(const std::string& dir_name, std::uint32_t uid, const queue_entry* before,
-                               std::vector<queue_entry>& out) {
+                               std::vector<candidate>& out) {
   user_dir& ud = dirs_[dir_name];
   if (ud.uid != uid) ud = user_dir{};
   ud.uid = uid;
   const std::string shown = top_path_ + "/" + dir_name;
-  auto d = sys::open_dir(top_.get(), dir_name, true, shown);
-  if (!d) return;
-  auto st = sys::stat_fd(d->get(), shown);
+  // Opened again only when the name holds another directory than the one
+  // held open (as for the registry itself, open_top()).
+  auto st = sys::stat_at(top_.get(), dir_name, shown);
+  if (!ud.open.valid() || !st || st->id != ud.open_id) {
+    ud.open.reset();
+    auto d = sys::open_dir(top_.get(), dir_name, true, shown);
+    if (!d) return;
+    st = sys::stat_fd(d->get(), shown);
+    if (!st) return;
+    ud.open = std::move(*d);
+    ud.open_id = st->id;
+  }
   // A directory speaks for its owner alone; one whose owner changed is not read.
-  if (!st || !st->is_dir || st->uid != uid) return;
+  if (!st->is_dir || st->uid != uid) {
+    ud.open.reset();
+    return;
+  }
   const bool mine = uid == sys::effective_uid();
   if (!(ud.settled && st->id == ud.id && st->mtime_ms == ud.mtime)) {
-    auto names = sys::list_dir(d->get(), shown, mine ? kOwnNames : kForeignNames);
+    auto names = sys::list_dir_again(ud.open.get(), shown, mine ? kOwnNames : kForeignNames);
     if (!names) return;
     if (st->id != ud.id) {
       ud.parsed.clear();
@@ -401,63 +506,99 @@ void registry_reader::read_dir(const std::string& dir_name, std::uint32_t uid, c
   ud.names.clear();
   for (auto& n : names) {
     auto cached = ud.parsed.find(n);
-    const bool have = cached != ud.parsed.end();
-    auto entry_of = [&](const entry_info& i) { return queue_entry{dir_name, n, uid, i.ctime_ns, i.rec}; };
-    // Known to come after `before`: kept, not probed.
-    if (have && before && !served_before(entry_of(cached->second), *before)) {
+    if (cached == ud.parsed.end())
+      if (auto k = known().find(top_path_ + "/" + dir_name + "/" + n); k != known().end())
+        cached = ud.parsed.emplace(n, k->second).first;
+    if (cached != ud.parsed.end()) {
+      // Its order is known: probed only if a caller needs it (prove()), and
+      // left out when it comes after `before` (compared on the keys alone).
+      const entry_info& i = cached->second;
+      if (!before || served_before_keys(i.rec.priority, i.ctime_ns, uid, dir_name, n, *before))
+        out.push_back(candidate{queue_entry{dir_name, n, uid, i.ctime_ns, i.rec}, false});
       ud.names.push_back(std::move(n));
       continue;
     }
-    auto dead = [&] { ud.dead.insert(n); ud.parsed.erase(n); };
-    auto f = sys::open_read(d->get(), n, shown);
-    if (!f) {
-      if (f.error().code() == std::errc::no_such_file_or_directory) dead();
-      else ud.names.push_back(std::move(n));  // unreadable for now: looked at again next time
-      continue;
-    }
-    auto fst = sys::stat_fd(f->get(), shown);
-    if (!fst) {
-      ud.names.push_back(std::move(n));
-      continue;
-    }
-    // Only a small regular file of the directory's owner is an entry: one
-    // stat, not a read, for each of a flood of oversized or foreign junk.
-    if (!fst->is_regular || fst->uid != uid || fst->size > static_cast<std::int64_t>(waiter_entry_cap)) {
-      dead();
-      continue;
-    }
-    const sys::lock_probe proof = sys::write_locked_elsewhere(f->get());
-    if (proof == sys::lock_probe::unlocked) {
-      // Unlocked under its final name: its waiter has left or died, for good.
-      dead();
-      continue;
-    }
-    entry_info info;
-    if (have && cached->second.id == fst->id) {
-      info = cached->second;
-    } else {
-      auto mb = sys::read_fd(f->get(), waiter_entry_cap, shown);
-      std::int64_t name_pid = 0;
-      (void)name_kind(n, &name_pid);
-      if (!mb || mb->truncated || !parse_waiter(mb->bytes, info.rec) || info.rec.pid != name_pid) {
-        dead();
-        continue;
-      }
-      // A file naming a process of another user (visible in this pid
-      // namespace) is a forgery: only root speaks for others.
-      if (uid != 0)
-        if (auto owner = sys::process_uid(info.rec.pid); owner && *owner != uid) {
-          dead();
-          continue;
-        }
-      info.id = fst->id;
-      info.ctime_ns = fst->ctime_ns;
-      ud.parsed[n] = info;
-    }
-    queue_entry e = entry_of(info);
-    ud.names.push_back(std::move(n));
-    if (!before || served_before(e, *before)) out.push_back(std::move(e));
+    queue_entry e;
+    const bool live = look(ud, dir_name, n, e);
+    if (!ud.dead.count(n)) ud.names.push_back(std::move(n));
+    if (live) out.push_back(candidate{std::move(e), true});
   }
+}
+
+bool registry_reader::prove(candidate& c) {
+  auto it = dirs_.find(c.e.dir);
+  if (it == dirs_.end() || !it->second.open.valid()) return false;
+  if (!look(it->second, c.e.dir, c.e.name, c.e)) return false;
+  c.proven = true;
+  return true;
+}
+
+bool registry_reader::look(user_dir& ud, const std::string& dir_name, const std::string& n, queue_entry& out) {
+  const std::string shown = top_path_ + "/" + dir_name;
+  const std::string key = top_path_ + "/" + dir_name + "/" + n;
+  auto dead = [&] {
+    ud.dead.insert(n);
+    ud.parsed.erase(n);
+    known().erase(key);
+  };
+  auto f = sys::open_read(ud.open.get(), n, shown);
+  if (!f) {
+    if (f.error().code() == std::errc::no_such_file_or_directory) dead();
+    return false;  // unreadable for now: looked at again next time
+  }
+  auto fst = sys::stat_fd(f->get(), shown);
+  if (!fst) return false;
+  // Only a small regular file of the directory's owner is an entry: one
+  // stat, not a read, for each of a flood of oversized or foreign junk.
+  if (!fst->is_regular || fst->uid != ud.uid || fst->size > static_cast<std::int64_t>(waiter_entry_cap)) {
+    dead();
+    return false;
+  }
+  const sys::lock_probe proof = sys::write_locked_elsewhere(f->get());
+  if (proof == sys::lock_probe::unlocked) {
+    // Unlocked under its final name: its waiter has left or died, for good.
+    if (ud.uid == sys::effective_uid()) saw_dead_own_ = true;
+    dead();
+    return false;
+  }
+  entry_info info;
+  auto cached = ud.parsed.find(n);
+  if (cached != ud.parsed.end() && cached->second.id == fst->id) {
+    info = cached->second;
+  } else {
+    auto mb = sys::read_fd(f->get(), waiter_entry_cap, shown);
+    std::int64_t name_pid = 0;
+    (void)name_kind(n, &name_pid);
+    if (!mb || mb->truncated || !parse_waiter(mb->bytes, info.rec) || info.rec.pid != name_pid) {
+      dead();
+      return false;
+    }
+    // A file naming a process of another user (visible in this pid
+    // namespace) is a forgery: only root speaks for others. (In this
+    // user's own directory nothing is gained by one: not looked for.)
+    if (ud.uid != 0 && ud.uid != sys::effective_uid())
+      if (auto owner = sys::process_uid(info.rec.pid); owner && *owner != ud.uid) {
+        dead();
+        return false;
+      }
+    info.id = fst->id;
+    info.ctime_ns = fst->ctime_ns;
+    ud.parsed[n] = info;
+    auto& k = known();
+    if (k.size() >= 4096) k.clear();  // bounded: a long queue is read again
+    k[key] = info;
+  }
+  out = queue_entry{dir_name, n, ud.uid, info.ctime_ns, info.rec};
+  return true;
+}
+
+bool registry_reader::send_to(const queue_entry& e, const std::string& line) {
+  auto it = dirs_.find(e.dir);
+  if (it == dirs_.end() || !it->second.open.valid() || it->second.uid != sys::effective_uid()) return false;
+  auto w = sys::open_fifo_writer(it->second.open.get(), e.stem() + ".wake", top_path_);
+  if (!w) return false;
+  const std::string bytes = line + "\n";
+  return sys::write_some(w->get(), bytes.data(), bytes.size()) == static_cast<long>(bytes.size());
 }
 
 bool registry_reader::present(const queue_entry& e) {

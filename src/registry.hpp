@@ -24,7 +24,9 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -80,6 +82,9 @@ struct queue_entry {
 // Serving order: priority (highest first), then arrival (earliest first),
 // then author and name, so that every reader orders the same entries alike.
 bool served_before(const queue_entry& a, const queue_entry& b);
+// The same, for an entry given by its keys.
+bool served_before_keys(int priority, std::int64_t arrival_ns, std::uint32_t uid, const std::string& dir,
+                        const std::string& name, const queue_entry& b);
 
 // The slot an entry waits for: its gpu, slot 0 for a plain lock, -1 for a
 // wait among several slots (see accepts()).
@@ -89,7 +94,8 @@ int queue_slot(const waiter_record& r);
 bool accepts(const waiter_record& r, int slot);
 
 // One entry of this process, removed by the destructor (with its user
-// directory and the registry when they are left empty). Not thread-safe.
+// directory and the registry when they are left empty, unless keep_dirs()).
+// Not thread-safe.
 class registration {
  public:
   // Registers `rec` in the registry of the lock at `base`. Best effort:
@@ -115,6 +121,13 @@ class registration {
   // a follower that announces itself later finds the entry gone
   // (send()'s `confirm`) instead of waiting for a wake that never comes.
   void withdraw();
+  // send() to an entry in this entry's own user directory (this user's
+  // waiters), through the directory this registration holds open: no walk
+  // from the lock's parent. False as for send().
+  bool send_beside(const std::string& to_stem, const std::string& line, bool confirm = false);
+  // Leaves the registry's directories in place when the entry goes (see
+  // tidy_registry()).
+  void keep_dirs() { keep_dirs_ = true; }
 
  private:
   registration() = default;
@@ -122,7 +135,15 @@ class registration {
   queue_entry me_;
   std::string top_name_, shown_;
   bool withdrawn_ = false;
+  bool keep_dirs_ = false;
 };
+
+// Removes this user's directory `user_dir` of the registry of the lock at
+// `base`, and the registry, each only if empty. A waiter that takes the lock
+// leaves them for its release to tidy: taking the lock is the way to the
+// caller, and in a lock taken turn by turn the next waiter joins before that
+// release, so the directories are made and removed once, not at every turn.
+void tidy_registry(const std::string& base, const std::string& user_dir);
 
 // Writes one line into the wake channel of entry `to`, if it is this
 // process's user's (never blocking; false when it cannot be written). With
@@ -141,8 +162,20 @@ class registry_reader {
   // before it: the others (whose order is fixed by their keys) are not
   // probed at all, so the front of a long queue looks at a few entries.
   std::vector<queue_entry> live(const queue_entry* before = nullptr);
+  // The first live entry in serving order for which `want` is true. Entries
+  // whose order is known from an earlier read (this thread's, in any reader)
+  // are probed only in that order, and only those `want` accepts, until one
+  // proves live: a releaser looking for the next in line probes one entry,
+  // not the whole queue.
+  std::optional<queue_entry> first(const std::function<bool(const queue_entry&)>& want);
+  // Whether the last read found an entry of this user's left behind by a
+  // waiter that is gone (unlocked under its final name): worth a sweep.
+  bool saw_dead_own() const { return saw_dead_own_; }
   // Whether the entry is still there (one stat).
   bool present(const queue_entry& e);
+  // send() to an entry this reader has read, through its user directory as
+  // held open since (this user's entries only, as for send()).
+  bool send_to(const queue_entry& e, const std::string& line);
   // The registry directory, and the user directories last read: what a
   // waiter or a holder watches for the queue's changes.
   const std::string& top_path() const { return top_path_; }
@@ -156,6 +189,8 @@ class registry_reader {
   };
   struct user_dir {
     std::uint32_t uid = 0;
+    sys::fd open;  // as of the last read, for probing its entries
+    sys::file_id open_id;
     sys::file_id id;
     std::int64_t mtime = 0;
     bool settled = false;
@@ -163,17 +198,45 @@ class registry_reader {
     std::map<std::string, entry_info> parsed;  // by entry name
     std::set<std::string> dead;
   };
+  // An entry found by a listing: read and proven live already, or known
+  // (its order) from an earlier read and not yet probed.
+  struct candidate {
+    queue_entry e;
+    bool proven = false;
+  };
   bool open_top();
+  // Lists the registry and turns every entry name into a candidate, reading
+  // (and probing) only the entries not read before.
+  // With `before`, entries known to come after it are left out untouched
+  // (the front of a long queue builds a few candidates, not the queue).
+  std::vector<candidate> candidates(const queue_entry* before = nullptr);
   void read_dir(const std::string& dir_name, std::uint32_t uid, const queue_entry* before,
-                std::vector<queue_entry>& out);
+                std::vector<candidate>& out);
+  // Probes a candidate read before: still the same file, still write-locked.
+  // Re-read when its file changed. False when it is not a live entry.
+  bool prove(candidate& c);
+  // Opens entry `n` of the user directory, checks it is a small file of its
+  // owner, probes its write lock, and reads it unless its file is the one
+  // read before. False when it is not a live entry now (marked dead unless
+  // it could merely not be read this time).
+  bool look(user_dir& ud, const std::string& dir_name, const std::string& n, queue_entry& out);
+  // This thread's entries read before, by any reader: "<registry>/<user
+  // dir>/<name>" -> what was read (checked against the file's identity
+  // before use). A waiter that acquires again and again, and a releaser,
+  // parse each entry once.
+  static std::map<std::string, entry_info>& known();
+  // How many forks this process's line has made (a child counts its own).
+  static unsigned forks_seen();
+  unsigned fork_generation_ = forks_seen();
   std::string base_, top_name_, top_path_;
   sys::fd parent_, top_;
-  sys::file_id top_id_;
+  sys::file_id top_id_, top_open_id_;
   std::int64_t top_mtime_ = 0;
   bool top_settled_ = false;
   std::map<std::string, std::uint32_t> top_dirs_;  // user directory name -> its owner
   std::set<std::string> top_junk_;
   std::map<std::string, user_dir> dirs_;
+  bool saw_dead_own_ = false;
 };
 
 // Removes this user's dead entries (not write-locked), their wake channels

@@ -60,9 +60,11 @@ error held_state::release() {
     history::record(t.path, history::hold_end(token, ended, yield_asked), meta);
     sys::unguard_from_fork(meta_fd.get());
     meta_fd.reset();
+    if (!queue_dir.empty()) tidy_registry(base, queue_dir);
     return lease_lost;
   }
   auto r = remove_exact(t, id, "cannot release lock " + t.path, "release");
+  if (!queue_dir.empty()) tidy_registry(base, queue_dir);
   if (!r) return r.error();
   const bool removed = *r == removal::removed;
   history::record(t.path, history::hold_end(token, removed ? ended : "lost", yield_asked), meta);
@@ -94,7 +96,7 @@ result<release_outcome> release_by(const std::string& path, const release_reques
     return t.error();
   }
   for (int attempt = 0;; ++attempt) {
-    auto d = inspect_target(*t, ttl.count(), default_grace.count(), process_view::real());
+    auto d = inspect_target(*t, ttl.count(), default_grace.count(), process_view::real(), nullptr, false);
     if (!d) return d.error();
     release_outcome out;
     out.before = d->i;

@@ -33,11 +33,18 @@ void churn_guard::round_without_wait() {
 
 std::optional<std::int64_t> armed_lock::arm(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
                                             std::int64_t poll_ms) {
-  w.unwatch(dir_id);
-  dir_id = w.watch_lock(t.path, v.watch_contents);
-  // The directory may have been replaced between the look and the watch.
-  auto st = sys::stat_at(t.parent.get(), t.name, t.path);
-  if (!st || st->id != s.id) return std::nullopt;
+  if (dir_id < 0 || dir_watched != s.id || contents_watched != v.watch_contents) {
+    w.unwatch(dir_id);
+    dir_id = w.watch_lock(t.path, v.watch_contents);
+    dir_watched = sys::file_id{};
+    // The directory may have been replaced between the look and the watch.
+    auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+    if (!st || st->id != s.id) return std::nullopt;
+    if (dir_id >= 0) {
+      dir_watched = s.id;
+      contents_watched = v.watch_contents;
+    }
+  }
   if (v.holder_pid != pid || pid_id < 0 || dead_seen.count(v.holder_pid)) {
     w.unwatch(pid_id);
     pid_id = -1;
@@ -61,11 +68,16 @@ void armed_lock::disarm(sys::watcher& w) {
   w.unwatch(dir_id);
   w.unwatch(pid_id);
   dir_id = pid_id = -1;
+  dir_watched = sys::file_id{};
   pid = 0;
 }
 
 void armed_lock::woken(const std::vector<int>& fired) {
   if (pid_id >= 0 && std::find(fired.begin(), fired.end(), pid_id) != fired.end()) dead_seen.insert(pid);
+  // The directory's watch fired: it may have been removed (its watch gone
+  // with it) and its inode number given to the next one made. Watched
+  // afresh at the next arm.
+  if (dir_id >= 0 && std::find(fired.begin(), fired.end(), dir_id) != fired.end()) dir_watched = sys::file_id{};
 }
 
 bool lock_watch::wait_for_change(const target& t, const snapshot& s, const verdict& v, const deadline& until,

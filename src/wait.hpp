@@ -41,6 +41,12 @@ class churn_guard {
 struct armed_lock {
   int dir_id = -1, pid_id = -1;
   std::int64_t pid = 0;
+  // The directory dir_id watches, and whether its contents too: watched
+  // again only when the look finds another directory or the watch fired
+  // (its events since the watch was made are queued, so nothing is missed
+  // by keeping a watch that has not fired).
+  sys::file_id dir_watched;
+  bool contents_watched = false;
   // Holders seen to exit that still looked like the holder: re-checked at
   // the fallback period rather than watched again.
   std::set<std::int64_t> dead_seen;

@@ -17,6 +17,9 @@ std::int64_t monotonic_ms();
 // process of a boot (outside time namespaces), so it orders the arrivals of
 // waiters in different processes.
 std::int64_t monotonic_us();
+// Sleeps about `ms` milliseconds (a poll with no descriptors, through the
+// syscall table).
+void pause_ms(std::int64_t ms);
 // `bytes` random bytes as 2*bytes lower-case hex digits (getrandom).
 std::string random_hex(std::size_t bytes);
 

@@ -125,6 +125,10 @@ std::optional<std::string> attr_at(int dirfd, const std::string& name, const cha
 // names, from the directory's start: the bounded look at a directory another
 // user may have flooded.
 result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, std::size_t cap = 0);
+// The same through `dirfd` itself, from its start (its offset is rewound):
+// for a directory the caller holds open to list again and again, and uses
+// for nothing else at the same time.
+result<std::vector<std::string>> list_dir_again(int dirfd, const std::string& shown, std::size_t cap = 0);
 
 // Open-file-description record locks over the whole file (F_OFD_SETLK),
 // never blocking: no error when taken, EAGAIN when another open file

@@ -18,6 +18,11 @@ namespace offload_lock::detail::sys {
 // describe another process, and where it cannot be read: alive). `invalid`
 // for a pid outside 1..max_pid; `unknown` when kill() fails otherwise.
 liveness probe(std::int64_t pid);
+// kill(pid, 0) alone, as Node's process.kill() and Go's syscall.Kill ask it:
+// a zombie answers (alive); `dead` for ESRCH, `invalid` outside 1..max_pid,
+// `unknown` for any other failure. One system call: what the v1 views of a
+// lock need, which never look at /proc.
+liveness signal0(std::int64_t pid);
 // Whether the process is stopped (SIGSTOP, a debugger): nullopt when that
 // cannot be read (gone, /proc not this namespace's, hidepid).
 std::optional<bool> stopped(std::int64_t pid);

@@ -65,6 +65,10 @@ std::string random_hex(std::size_t bytes) {
   return out;
 }
 
+void pause_ms(std::int64_t ms) {
+  (void)calls.poll(nullptr, 0, ms <= 0 ? 0 : ms > INT_MAX ? INT_MAX : static_cast<int>(ms));
+}
+
 std::int64_t deadline_in(std::int64_t timeout_ms) { return monotonic_ms() + timeout_ms; }
 
 int poll_toward(std::vector<struct pollfd>& fds, std::int64_t deadline, bool first) {

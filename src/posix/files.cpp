@@ -120,10 +120,15 @@ result<file_bytes> read_open(int f, std::size_t cap, const std::string& shown, b
       if (out.bytes.size() >= want) break;
       out.bytes.resize(std::min(want, out.bytes.size() * 2));
     }
-    ssize_t n = retry([&] { return calls.read(f, &out.bytes[got], out.bytes.size() - got); });
+    const std::size_t asked = out.bytes.size() - got;
+    ssize_t n = retry([&] { return calls.read(f, &out.bytes[got], asked); });
     if (n < 0) return sys_error(errno, "read", shown);
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
+    // A short read that reaches the size the file had when it was opened
+    // is its end: no second read to be told so (every look reads a
+    // meta.json, every queue read the entries it has not seen).
+    if (static_cast<std::size_t>(n) < asked && static_cast<std::int64_t>(got) >= st->size) break;
   }
   out.truncated = got > cap;
   out.bytes.resize(std::min(got, cap));
@@ -264,15 +269,13 @@ std::optional<std::string> attr_at(int dirfd, const std::string& name, const cha
   return value;
 }
 
-result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, std::size_t cap) {
-  // A descriptor of its own: the listing's offset is not the caller's.
-  int raw = retry([&] { return calls.openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0); });
-  if (raw < 0) return sys_error(errno, "open", shown);
-  fd d(raw);
+namespace {
+
+result<std::vector<std::string>> read_names(int dirfd, const std::string& shown, std::size_t cap) {
   std::vector<std::string> names;
   alignas(8) char buf[32768];
   for (;;) {
-    const ssize_t n = retry([&] { return calls.getdents64(d.get(), buf, sizeof buf); });
+    const ssize_t n = retry([&] { return calls.getdents64(dirfd, buf, sizeof buf); });
     if (n < 0) return sys_error(errno, "readdir", shown);
     if (n == 0) break;
     for (ssize_t off = 0; off < n;) {
@@ -290,6 +293,21 @@ result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, s
     }
   }
   return names;
+}
+
+}  // namespace
+
+result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, std::size_t cap) {
+  // A descriptor of its own: the listing's offset is not the caller's.
+  int raw = retry([&] { return calls.openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0); });
+  if (raw < 0) return sys_error(errno, "open", shown);
+  fd d(raw);
+  return read_names(d.get(), shown, cap);
+}
+
+result<std::vector<std::string>> list_dir_again(int dirfd, const std::string& shown, std::size_t cap) {
+  if (retry([&] { return static_cast<int>(calls.lseek(dirfd, 0, SEEK_SET)); }) < 0) return sys_error(errno, "lseek", shown);
+  return read_names(dirfd, shown, cap);
 }
 
 error ofd_lock(int f, bool write) {

@@ -53,6 +53,7 @@ struct syscall_table {
   ssize_t (*getrandom)(void* buf, size_t n, unsigned flags);
   int (*clock_gettime)(clockid_t clock, struct timespec* t);
   ssize_t (*readlinkat)(int dirfd, const char* name, char* buf, size_t n);
+  off_t (*lseek)(int fd, off_t off, int whence);
 };
 
 // The table in use.
