@@ -173,7 +173,7 @@ std::string prometheus(const std::vector<host_lock>& ls, std::int64_t now) {
   for (const auto& l : ls)
     if (!l.holders.empty())
       out += "offload_lock_fleet_held_seconds{" + labels(l) + ",label=" + prom_quote(l.holders.front().label) + "} " +
-             std::to_string(since(l.holders.front().since, now).count() / 1000.0) + "\n";
+             std::to_string(static_cast<double>(since(l.holders.front().since, now).count()) / 1000.0) + "\n";
   out += "# HELP offload_lock_fleet_waiters Processes waiting for the lock.\n"
          "# TYPE offload_lock_fleet_waiters gauge\n";
   for (const auto& l : ls) out += "offload_lock_fleet_waiters{" + labels(l) + "} " + std::to_string(l.waiters.size()) + "\n";

@@ -27,9 +27,9 @@
 namespace offload_lock::detail::etcd {
 
 // base64 (RFC 4648, with padding) as the gateway writes keys and values.
-std::string base64_encode(std::string_view bytes);
+std::string base64_encode(std::string_view in);
 // nullopt for anything that is not exactly that.
-std::optional<std::string> base64_decode(std::string_view text);
+std::optional<std::string> base64_decode(std::string_view in);
 
 struct key_value {
   std::string key, value;
@@ -150,7 +150,7 @@ class client {
 
  private:
   template <class F>
-  auto on_some_member(const sys::net_bounds& b, F call) -> decltype(call(std::declval<connection&>(), b));
+  auto on_some_member(const sys::net_bounds& b, F fn) -> decltype(fn(std::declval<connection&>(), b));
   result<std::string> call(const std::string& target, const std::string& body, const sys::net_bounds& b);
 
   std::vector<endpoint> eps_;

@@ -40,6 +40,7 @@ std::string key_host(std::string h) {
   return h.empty() ? "_" : h.substr(0, 253);
 }
 
+// NOLINTNEXTLINE(bugprone-exception-escape): its moves are json's and std::string's, which do not throw
 struct rec {
   json fields;          // the value but for what is known late (the device)
   bool slotted = false;  // the lock has GPU slots: the device is looked up
@@ -47,6 +48,7 @@ struct rec {
   std::uint64_t published = 0;  // the version written to etcd
   bool gone = false;
   bool ours = true;  // false in a forked child, for the parent's records
+  // cppcheck-suppress unusedStructMember ; read and cleared through the map's references
   std::string key;   // written under this key (empty: not yet)
 };
 
@@ -139,7 +141,7 @@ void run(publisher& p) {
       if (ttl && *ttl > 0) {
         next_ka = sys::monotonic_ms() + *ttl * 1000 / 3;
       } else if (ttl) {
-        lease = 0;  // lapsed while etcd could not be reached: every record again
+        // Lapsed while etcd could not be reached: every record again.
         lk.lock();
         p.lease = 0;
         for (auto& [id, r] : p.recs) r.published = 0, r.key.clear();
@@ -217,7 +219,7 @@ void ensure_running(publisher& p) {
   static std::once_flag once;
   std::call_once(once, [] {
     sys::on_fork(before_fork, after_fork_parent, after_fork_child);
-    std::atexit(revoke_at_exit);
+    (void)std::atexit(revoke_at_exit);
   });
   p.running = true;
   std::thread([&p] { run(p); }).detach();

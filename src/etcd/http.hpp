@@ -22,9 +22,9 @@ namespace offload_lock::detail::etcd {
 // What a member may send, at most: a reply's head, a whole reply (a range
 // over many hosts' fleet records fits), and one message of a stream. More
 // is an error (EMSGSIZE), never a larger allocation.
-inline constexpr std::size_t max_head_bytes = 16 * 1024;
-inline constexpr std::size_t max_reply_bytes = 16 * 1024 * 1024;
-inline constexpr std::size_t max_message_bytes = 4 * 1024 * 1024;
+inline constexpr std::size_t max_head_bytes = std::size_t{16} * 1024;
+inline constexpr std::size_t max_reply_bytes = std::size_t{16} * 1024 * 1024;
+inline constexpr std::size_t max_message_bytes = std::size_t{4} * 1024 * 1024;
 
 struct http_reply {
   int status = 0;

@@ -149,7 +149,7 @@ std::optional<lock_view> passed_down(const wanted& w, client& c) {
 
 class acquisition {
  public:
-  acquisition(wanted w) : w_(std::move(w)), c_(w_.a.endpoints), report_(w_.report) {}
+  explicit acquisition(wanted w) : w_(std::move(w)), c_(w_.a.endpoints), report_(w_.report) {}
 
   result<std::shared_ptr<hold>> run();
 
@@ -450,6 +450,7 @@ result<std::shared_ptr<hold>> acquisition::run() {
 
 }  // namespace
 
+// cppcheck-suppress passedByValue ; its members are moved into the hold
 hold::hold(made m)
     : addr_(std::move(m.addr)),
       url_(addr_.url()),
@@ -466,9 +467,8 @@ hold::hold(made m)
       on_yield_(std::move(m.on_yield)),
       max_hold_ms_(m.max_hold_ms),
       taken_mono_(sys::monotonic_ms()),
-      owner_pid_(sys::self_pid()) {
-  valid_until_ = m.valid_until;
-}
+      owner_pid_(sys::self_pid()),
+      valid_until_(m.valid_until) {}
 
 hold::~hold() { stop_thread(); }
 

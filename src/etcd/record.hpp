@@ -11,7 +11,7 @@
 namespace offload_lock::detail::etcd {
 
 // The most a record may be; a larger value is unreadable, not truncated.
-inline constexpr std::size_t max_record_bytes = 8 * 1024;
+inline constexpr std::size_t max_record_bytes = std::size_t{8} * 1024;
 inline constexpr std::size_t max_label_bytes = 1024;
 
 struct record {

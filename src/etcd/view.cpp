@@ -8,7 +8,7 @@ namespace offload_lock::detail::etcd {
 
 std::string lease_name(std::int64_t lease) {
   char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(lease));
+  (void)std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(lease));
   return buf;
 }
 

@@ -1527,8 +1527,9 @@ int benchmark::run() {
     } catch (const std::exception& e) {
       print("  section 9 failed: " + std::string(e.what()) + "\n");
     }
-  // Section 10, etcd locks: its own etcd, its own goals.
-  if (want(10)) {
+  // Section 10, etcd locks: its own etcd cluster and a long run under
+  // kills, so only when named (--only 10), never in a default or --quick run.
+  if (cfg_.only.count(10)) {
     try {
       auto r = etcd_bench::run({fresh("etcd"), cfg_.cli, cfg_.self, cfg_.stamp, cfg_.quick,
                                 cfg_.etcd_acquisitions});
@@ -1576,7 +1577,7 @@ int usage(std::ostream& o, int code) {
        "  --keep      keep the temporary directory\n"
        "  --only      run only these sections: 1 uncontended, 2 whole process, 3 handoff, 4 crash,\n"
        "              5 idle waiter, 6 throughput, 7 queue, 8 history and live views, 9 goals side by side,\n"
-       "              10 etcd locks beside etcdctl lock\n"
+       "              10 etcd locks beside etcdctl lock (only when named here)\n"
        "  --etcd-acquisitions N  section 10's no-double-holder run ends after N acquisitions\n"
        "              (default 10000, --quick 300)\n"
        "  --baseline  an older build for section 9: its liboffload_lock.so, its build directory or its command\n";
