@@ -147,7 +147,7 @@ result<lock> acquire_among(const plan& p) {
 }  // namespace
 
 lock acquirer::make(const std::shared_ptr<local_gate>& gate, bool outermost, int gpu) {
-  return lock(std::make_unique<handle>(handle{gate, outermost, false, gpu, sys::self_pid()}));
+  return lock(std::make_unique<handle>(handle{gate, outermost, false, gpu, sys::self_pid(), nullptr, 0}));
 }
 
 result<lock> acquirer::acquire(const lock_options& opt, const std::string& base) {

@@ -117,6 +117,7 @@ offload_lock_queue_info queue_info_of(const ol::info& i) {
     q.idle_since_ms = *i.idle_since;
     q.idle_for_ms = i.idle_for ? i.idle_for->count() : 0;
   }
+  q.fence = i.held ? i.fence : 0;
   return q;
 }
 
@@ -323,6 +324,10 @@ extern "C" int offload_lock_still_held(const offload_lock_handle* handle) {
   } catch (const std::exception&) {
     return 0;
   }
+}
+
+extern "C" uint64_t offload_lock_fence(const offload_lock_handle* handle) {
+  return handle ? handle->held.fence() : 0;
 }
 
 extern "C" int offload_lock_yield_requested(const offload_lock_handle* handle) {

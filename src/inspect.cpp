@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "etcd/address.hpp"
+#include "etcd/look.hpp"
 #include "idle.hpp"
 #include "lease_join.hpp"
 #include "offload_lock/slots.hpp"
@@ -130,6 +132,7 @@ result<detailed> inspect_target(const target& t, std::int64_t ttl, std::int64_t 
 using namespace detail;
 
 info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {
+  if (etcd::is_etcd(path)) return etcd::inspect(path);
   info i;
   i.path = path;
   auto t = open_target(path);
@@ -161,6 +164,7 @@ info inspect(const std::string& path, milliseconds ttl, milliseconds grace) {
 }
 
 info wait_free(const std::string& path, milliseconds wait, milliseconds poll, milliseconds ttl) {
+  if (etcd::is_etcd(path)) return etcd::wait_free(path, wait);
   const deadline until = deadline_for(wait);
   const std::int64_t poll_ms = std::max<std::int64_t>(1, poll.count());
   const process_view pv = process_view::real();

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <nlohmann/json.hpp>
 
+#include "etcd/address.hpp"
+#include "etcd/look.hpp"
 #include "meta.hpp"
 #include "offload_lock/inspect.hpp"
 #include "offload_lock/slots.hpp"
@@ -743,6 +745,9 @@ std::vector<waiter> read_waiters(const std::string& base, std::int64_t now_ms) {
 
 namespace offload_lock {
 
-std::vector<waiter> waiters(const std::string& path) { return detail::read_waiters(path, detail::sys::now_ms()); }
+std::vector<waiter> waiters(const std::string& path) {
+  if (detail::etcd::is_etcd(path)) return detail::etcd::waiters(path);
+  return detail::read_waiters(path, detail::sys::now_ms());
+}
 
 }  // namespace offload_lock

@@ -5,6 +5,8 @@
 
 #include <optional>
 
+#include "etcd/address.hpp"
+#include "etcd/look.hpp"
 #include "handoff.hpp"
 #include "heartbeat.hpp"
 #include "history.hpp"
@@ -145,6 +147,7 @@ result<release_outcome> release_shared_by(const target& t, const release_request
 }  // namespace
 
 result<release_outcome> release_by(const std::string& path, const release_request& req, milliseconds ttl) {
+  if (etcd::is_etcd(path)) return etcd::release_by(path, req);
   auto t = open_target(path);
   if (!t) {
     if (t.error().code() == std::errc::no_such_file_or_directory)

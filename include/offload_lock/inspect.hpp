@@ -91,6 +91,10 @@ struct info {
   // Set when the lock could not be looked at (for example EACCES on its
   // parent); held is then false and the message names the path and errno.
   std::string problem;
+  // An etcd lock's fencing token (offload_lock/etcd.hpp): the revision at
+  // which its holder took it, greater for every later acquisition; 0 for a
+  // local lock, and when free.
+  std::uint64_t fence = 0;
 };
 
 // Inspects the lock at `path` without changing anything.

@@ -237,6 +237,11 @@ class OFFLOAD_LOCK_API lock {
   // The fencing epoch of the gpulease lease held with this lock, or of the
   // one this process runs under (GPU_LEASE_EPOCH); 0 when there is none.
   std::uint64_t lease_epoch() const;
+  // An etcd lock's fencing token (offload_lock/etcd.hpp): the etcd revision
+  // at which this acquisition took the lock, greater than any earlier
+  // holder's; for a lock passed down by the parent, the parent's. 0 for a
+  // local lock. Never blocks.
+  std::uint64_t fence() const noexcept;
   // env_lock_path and env_lock_token for the environment of a child
   // process, so that its own acquisitions of this lock pass through.
   std::vector<std::pair<std::string, std::string>> child_environment() const;

@@ -235,6 +235,12 @@ const char* offload_lock_path(const offload_lock_handle* handle); /* the lock (o
 int offload_lock_gpu(const offload_lock_handle* handle);          /* the GPU slot held; 0 for a single lock */
 int offload_lock_nested(const offload_lock_handle* handle);       /* 1: a nested acquisition on the holding thread */
 int offload_lock_inherited(const offload_lock_handle* handle);    /* 1: the parent process's lock, passed down */
+/* An etcd lock's fencing token (offload_lock/etcd.hpp): the etcd revision
+   at which this acquisition took the lock, greater than any earlier
+   holder's, for a server that refuses work carrying an older one
+   (doc/etcd.md "Fencing"). 0 for a local lock and for NULL. Never blocks.
+   Since 0.3. */
+uint64_t offload_lock_fence(const offload_lock_handle* handle);
 /* 1 when the lock directory is still the one this handle took (checks the
    file system; call before an irreversible step), 0 otherwise. */
 int offload_lock_still_held(const offload_lock_handle* handle);
@@ -290,6 +296,10 @@ typedef struct offload_lock_queue_info {
      idleAfter), and for how long since; both 0: not idle, or not held. */
   int64_t idle_since_ms;
   int64_t idle_for_ms;
+  /* An etcd lock's fencing token (the revision at which its holder took
+     it, greater for every later acquisition); 0 for a local lock, and
+     when free. */
+  uint64_t fence;
 } offload_lock_queue_info;
 
 /* One inspection of the lock at `path` (as offload_lock_inspect_ex, whose

@@ -19,6 +19,7 @@
 
 #include "offload_lock/describe.hpp"
 #include "offload_lock/error.hpp"
+#include "offload_lock/etcd.hpp"
 #include "offload_lock/gpus.hpp"
 #include "offload_lock/history.hpp"
 #include "offload_lock/inspect.hpp"

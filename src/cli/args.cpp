@@ -73,7 +73,7 @@ const std::vector<std::string>& global_options() {
 const std::map<std::string, std::vector<std::string>>& command_options() {
   static const std::map<std::string, std::vector<std::string>> t = {
       {"path", {"--explain"}},
-      {"status", {"--watch", "--prometheus", "--gpus", "--gpu"}},
+      {"status", {"--watch", "--prometheus", "--fleet", "--gpus", "--gpu"}},
       {"acquire", {"--wait", "--remind", "--pid", "--label", "--priority", "--expect", "--max-hold", "--class", "--gpus",
                    "--gpu"}},
       {"release", {"--pid", "--token", "--force", "--gpus", "--gpu"}},
@@ -276,6 +276,8 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
       out.watch = true;
     } else if (a == "--prometheus" && takes(a)) {
       out.prometheus = true;
+    } else if (a == "--fleet" && takes(a)) {
+      out.fleet = true;
     } else if (a == "--busy-exit" && takes(a)) {
       std::string v;
       if (auto e = value(a, v)) return e;
@@ -333,6 +335,7 @@ std::optional<std::string> parse_argv(const std::vector<std::string>& argv, args
            " slots of --gpus (0 to " + std::to_string(out.gpus - 1) + ")";
   if (out.watch && out.prometheus) return std::string("status takes --watch or --prometheus, not both");
   if (out.json && out.prometheus) return std::string("status takes --json or --prometheus, not both");
+  if (out.fleet && out.watch) return std::string("status takes --fleet or --watch, not both");
   return std::nullopt;
 }
 

@@ -47,6 +47,7 @@ struct args {
   int gpu = -1;
   bool watch = false;                         // status --watch
   bool prometheus = false;                    // status --prometheus
+  bool fleet = false;                         // status --fleet
   bool start_history = false;                 // history --start
   bool allow_remote = false;                  // serve --allow-remote
   std::chrono::milliseconds remind = std::chrono::minutes(1);  // waiting off a terminal

@@ -10,12 +10,14 @@
 #include <vector>
 
 #include "cli/exit_codes.hpp"
+#include "cli/fleet.hpp"
 #include "cli/names.hpp"
 #include "cli/output.hpp"
 #include "cli/progress.hpp"
 #include "cli/status.hpp"
 #include "lease_join.hpp"
 #include "offload_lock/describe.hpp"
+#include "offload_lock/etcd.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
 #include "offload_lock/policy.hpp"
@@ -104,6 +106,9 @@ ojson held_json(const args& a, const gpu_plan& gpus, const std::string& path, co
   if (gpus.slotted) j["gpu"] = l.gpu();
   // The fencing epoch of the gpulease lease held with the lock (or run under).
   if (const auto epoch = l.lease_epoch()) j["leaseEpoch"] = epoch;
+  // An etcd lock's fencing token: this acquisition's own, whatever the
+  // look above saw.
+  if (is_etcd_lock(path)) j["fence"] = l.fence();
   return j;
 }
 
@@ -152,6 +157,8 @@ std::optional<int> wait_within_max_hold(os::gated_child& child, const args& a, m
 bool is_lease_loss(const error& e) { return e.context().rfind(detail::lease_wait_context, 0) == 0; }
 std::string lost_words(const error& e) {
   if (is_lease_loss(e)) return e.context() + " was replaced or removed by someone else";
+  // An etcd lock lost with its lease says how ("... lost its etcd lease: ...").
+  if (is_etcd_lock(e.context()) && e.context().find(' ') != std::string::npos) return "the lock " + e.context();
   return "the lock " + e.context() + " was removed or replaced by someone else";
 }
 
@@ -189,6 +196,7 @@ int cmd_path(const args& a) {
 }
 
 int cmd_status(const args& a, const gpu_plan& gpus, const std::string& path) {
+  if (a.fleet) return print_fleet(a);
   return a.watch ? watch_status(a, gpus, path) : print_status(a, gpus, path);
 }
 
@@ -343,7 +351,11 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
   // abandons the wait; one that arrives once CMD runs is passed on to it.
   const int signals = os::catch_signals();
   std::string token = new_token();
-  auto child = os::gated_child::fork_gated(a.cmd, {{env_lock_token, token}}, per_slot);
+  // An etcd lock is held by this process's lease, not by CMD's pid: should
+  // this process die, CMD dies with it (SIGKILL, the one signal CMD cannot
+  // ignore), so that it never runs on once the lease lapses and another
+  // host takes the lock.
+  auto child = os::gated_child::fork_gated(a.cmd, {{env_lock_token, token}}, per_slot, is_etcd_lock(path));
   if (!child) {
     say(child.error().message());
     return exit_system;
@@ -410,6 +422,9 @@ int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
   os::gated_child::env_list late;
   for (auto& kv : l->child_environment())
     if (kv.first.rfind("GPU_LEASE_", 0) == 0) late.push_back(std::move(kv));
+  // And an etcd lock's fencing token, for CMD to hand to what it sends work
+  // to (doc/etcd.md "Fencing").
+  if (l->fence()) late.emplace_back("OFFLOAD_LOCK_FENCE", std::to_string(l->fence()));
   if (auto e = child->start(l->gpu(), late)) {
     (void)l->release();
     if (child->ended_before_start() >= 0) return child->ended_before_start();

@@ -7,9 +7,12 @@
 #include <vector>
 
 #include "cli/exit_codes.hpp"
+#include "cli/fleet.hpp"
 #include "cli/gpus.hpp"
 #include "cli/lease_view.hpp"
 #include "cli/output.hpp"
+#include "etcd/look.hpp"
+#include "offload_lock/etcd.hpp"
 #include "offload_lock/inspect.hpp"
 #include "offload_lock/path.hpp"
 #include "offload_lock/policy.hpp"
@@ -157,11 +160,19 @@ std::vector<check> feature_checks(const std::string& parent) {
           one("ofd_locks", p.ofd_locks, "a live offload-lock holder cannot prove it is alive to the others")};
 }
 
+int report(const std::vector<check>& checks, const args& a, const std::string& path);
+
 }  // namespace
 
 int cmd_doctor(const args& a) {
   const path_resolution r = resolve_path(a.lock_path);
   std::vector<check> checks;
+  if (is_etcd_lock(r.path)) {
+    // An etcd lock: no directory, parent or kernel feature is involved;
+    // the cluster and the lock's keys are.
+    for (auto& c : detail::etcd::health(r.path)) checks.push_back({std::move(c.name), c.ok, std::move(c.detail)});
+    return report(checks, a, r.path);
+  }
   checks.push_back(path_check(r));
   if (r.go_disagrees())
     checks.push_back({"go", false,
@@ -185,6 +196,8 @@ int cmd_doctor(const args& a) {
                                "/proc is another pid namespace's: other holders' start times and zombie states "
                                "cannot be read, so reused pids are not recognized"});
   for (auto& c : lease_checks(r.path)) checks.push_back({std::move(c.name), c.ok, std::move(c.detail)});
+  if (const auto fleet = fleet_freshness(r.path))
+    checks.push_back({"fleet", !fleet->stale, fleet->stale ? "the fleet view is stale: " + fleet->why : fleet->why});
   const auto& gpus = machine_gpus();
   if (!gpus)
     checks.push_back({"nvidia-smi", false,
@@ -194,11 +207,17 @@ int cmd_doctor(const args& a) {
                       std::to_string(gpus->size()) + " GPU" + (gpus->size() == 1 ? "" : "s") +
                           (gpus->empty() ? " listed" : " (--gpus auto: " + std::to_string(gpus->back().index + 1) +
                                                           " slots)")});
+  return report(checks, a, r.path);
+}
+
+namespace {
+
+int report(const std::vector<check>& checks, const args& a, const std::string& path) {
   int warnings = 0;
   for (const auto& c : checks) warnings += c.ok ? 0 : 1;
   if (a.json) {
     ojson j;
-    j["path"] = r.path;
+    j["path"] = path;
     ojson list = ojson::array();
     for (const auto& c : checks) list.push_back(ojson{{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}});
     j["checks"] = std::move(list);
@@ -210,5 +229,7 @@ int cmd_doctor(const args& a) {
   }
   return warnings ? exit_busy : exit_ok;
 }
+
+}  // namespace
 
 }  // namespace offload_lock::cli

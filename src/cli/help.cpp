@@ -21,7 +21,7 @@ const std::map<std::string, std::string>& helps() {
        "  --explain  also say which rule chose it, and the path Go readers use when it differs\n"
        "             (Go reads only $TMPDIR).\n"},
       {"status",
-       "offload-lock status [--watch] [--prometheus] [--gpus N|auto | --gpu K]\n"
+       "offload-lock status [--watch] [--prometheus] [--fleet] [--gpus N|auto | --gpu K]\n"
        "  Show who holds the lock and who waits for it: one line for the holder (with its expected\n"
        "  free time when it declared a duration), one per waiting offload-lock process in the order\n"
        "  the lock serves them, with position, priority and ETA. Under each slot, the GPU as nvidia-smi reports it:\n"
@@ -38,6 +38,9 @@ const std::map<std::string, std::string>& helps() {
        "  --watch       redraw whenever the holder or the queue changes, until interrupted; with\n"
        "                --json, one line per change, each line the --json object\n"
        "  --prometheus  print the node_exporter textfile-collector format instead (exit 0)\n"
+       "  --fleet       every host's locks instead, as published to $OFFLOAD_LOCK_FLEET\n"
+       "                (etcd://HOST:PORT[,...]): each holder and its queue (--json, --prometheus\n"
+       "                too; exit 4 when etcd cannot be reached)\n"
        "  --gpus N      show slots 0..N-1 (default: slot 0 and every slot that exists)\n"},
       {"acquire",
        "offload-lock acquire [-w|--wait DUR] [--remind DUR] [--pid PID] [-l|--label TEXT]\n"
@@ -181,8 +184,10 @@ std::string usage() {
       "readers (gpulock): a directory holding meta.json {pid, startedAt}.\n"
       "\n"
       "global options:\n"
-      "  --lock PATH   the lock directory (default: $GPU_LOCK, else <tmpdir>/local-offload-gpu.lock)\n"
-      "  --ttl DUR     a holder whose meta.json is older than this is stale (default 1h)\n"
+      "  --lock PATH   the lock directory (default: $GPU_LOCK, else <tmpdir>/local-offload-gpu.lock),\n"
+      "                or a lock several hosts share: etcd://HOST:PORT[,HOST:PORT...]/NAME\n"
+      "  --ttl DUR     a holder whose meta.json is older than this is stale (default 1h); for an\n"
+      "                etcd lock, the lease's TTL (default 10s)\n"
       "  -j, --json    machine-readable output (path, status, acquire, wait-free; hold always)\n"
       "  -q, --quiet   no progress messages or warnings on stderr\n"
       "  -h, --help    this text; COMMAND --help: that command's\n"

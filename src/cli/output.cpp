@@ -3,6 +3,7 @@
 
 #include "cli/escape.hpp"
 #include "offload_lock/describe.hpp"
+#include "offload_lock/etcd.hpp"
 #include "posix/os.hpp"
 #include "posix/terminal.hpp"
 
@@ -52,6 +53,9 @@ ojson to_json(const info& i) {
   j["ownerUid"] = i.owner_uid ? ojson(*i.owner_uid) : ojson();
   j["v1Stale"] = i.held && i.v1_stale_reason ? ojson(*i.v1_stale_reason) : ojson();
   j["otherPidNamespace"] = i.other_pid_namespace;
+  // An etcd lock's fencing token (offload_lock/etcd.hpp); a local lock has
+  // none, and its object no such key.
+  if (is_etcd_lock(i.path)) j["fence"] = i.fence ? ojson(i.fence) : ojson();
   return j;
 }
 

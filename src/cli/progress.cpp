@@ -57,6 +57,20 @@ std::string progress_line(const wait_progress& p, const wait_place& place, int& 
   return j.dump(-1, ' ', true, ojson::error_handler_t::replace) + "\n";
 }
 
+// A wait that could not look at the lock says why, once (an etcd lock
+// whose cluster cannot be reached: the library keeps trying): the one
+// holder reported carries the problem.
+const std::string* problem_of(const wait_progress& p) {
+  return p.holders.size() == 1 && !p.holders[0].problem.empty() ? &p.holders[0].problem : nullptr;
+}
+
+std::string problem_line(const std::string& problem) {
+  ojson j;
+  j["event"] = "problem";
+  j["message"] = problem;
+  return j.dump(-1, ' ', true, ojson::error_handler_t::replace) + "\n";
+}
+
 }  // namespace
 
 void report_waiting(lock_options& o, const args& a) {
@@ -67,6 +81,10 @@ void report_waiting(lock_options& o, const args& a) {
     // rewritten in place).
     o.progress_every = a.remind == std::chrono::milliseconds::max() ? std::chrono::milliseconds(0) : a.remind;
     o.on_progress = [base = o.path, last = -1](const wait_progress& p) mutable {
+      if (const std::string* problem = problem_of(p)) {
+        if (p.changed) os::write_stderr(problem_line(*problem));
+        return;
+      }
       os::write_stderr(progress_line(p, place_in_line(base), last));
     };
     return;
@@ -76,6 +94,12 @@ void report_waiting(lock_options& o, const args& a) {
     // A terminal: one line, rewritten in place every second.
     o.progress_every = std::chrono::seconds(1);
     o.on_progress = [width, base = o.path](const wait_progress& p) {
+      if (const std::string* problem = problem_of(p)) {
+        if (!p.changed) return;
+        end_waiting_line();
+        say(*problem);
+        return;
+      }
       std::string line = "offload-lock: waiting " + describe_duration(p.waited) + " for " +
                          printable(describe_wait(p, base, place_in_line(base)));
       if (static_cast<int>(line.size()) >= width) line.resize(static_cast<std::size_t>(std::max(1, width - 1)));
@@ -86,6 +110,10 @@ void report_waiting(lock_options& o, const args& a) {
     // A log: a line when the holder changes, and a reminder now and then.
     o.progress_every = a.remind == std::chrono::milliseconds::max() ? std::chrono::milliseconds(0) : a.remind;
     o.on_progress = [base = o.path](const wait_progress& p) {
+      if (const std::string* problem = problem_of(p)) {
+        if (p.changed) say(*problem);
+        return;
+      }
       const std::string what = describe_wait(p, base, place_in_line(base));
       if (p.changed) say("waiting for " + what);
       else say("still waiting for " + what + "; waited " + describe_duration(p.waited));

@@ -13,11 +13,14 @@
 
 #include "cli/board.hpp"
 #include "cli/devices.hpp"
+#include "cli/fleet.hpp"
 #include "cli/history.hpp"
 #include "cli/history_view.hpp"
 #include "cli/lease_view.hpp"
 #include "cli/lease_watch.hpp"
 #include "cli/output.hpp"
+#include "etcd/look.hpp"
+#include "offload_lock/etcd.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/watch.hpp"
 #include "posix/os.hpp"
@@ -30,10 +33,50 @@ namespace {
 
 constexpr auto gpu_usage_every = std::chrono::seconds(5);
 
+// `status --watch` of an etcd lock: woken by a watch on the lock's keys
+// (holder and queue), not by the file system.
+int watch_etcd_status(const args& a, const gpu_plan& gpus, const std::string& path, int signals) {
+  const bool tty = os::terminal_width(os::standard_output) > 0;
+  std::string last_shape, last_text;
+  bool first = true;
+  // Read before each look: a change after it wakes the wait below.
+  std::int64_t seen = detail::etcd::current_revision(path);
+  for (;;) {
+    board b = look(a, gpus, path, std::nullopt);
+    const std::string shape = shape_of(b) + b.problem;
+    if (a.json) {
+      if (first || shape != last_shape) {
+        ojson j = board_json(b, a);
+        if (!b.problem.empty()) j["error"] = b.problem;
+        std::cout << dump(j) << "\n" << std::flush;
+      }
+    } else {
+      std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + printable(b.problem) + "\n";
+      if (tty) {
+        if (text != last_text) std::cout << "\x1b[H\x1b[2J" << text << printable("(watching " + path + "; Ctrl-C ends)") << std::flush;
+      } else if (first || shape != last_shape) {
+        std::cout << (first ? "" : "\n") << text << std::flush;
+      }
+      last_text = text;
+    }
+    first = false;
+    last_shape = shape;
+    // Redrawn every second on a terminal (the durations move), else on a
+    // change; an etcd that cannot be reached is looked at again after a
+    // pause inside wait_change.
+    const milliseconds wait = tty && !a.json ? milliseconds(1000) : milliseconds(60'000);
+    seen = detail::etcd::wait_change(path, seen, wait, {signals});
+    if (os::take_signal() != 0) break;
+  }
+  if (tty && !a.json) std::cout << "\n" << std::flush;
+  return exit_ok;
+}
+
 }  // namespace
 
 int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
   const int signals = os::catch_signals();
+  if (is_etcd_lock(path)) return watch_etcd_status(a, gpus, path, signals);
   const bool tty = os::terminal_width(os::standard_output) > 0;
   // Wake on the lock (or a slot) appearing, going or being replaced in its
   // parent, and a waiter registering or leaving; and below, on a holder or a
@@ -121,12 +164,17 @@ int print_status(const args& a, const gpu_plan& gpus, const std::string& path) {
               << history_metrics(summarize(path, 0, grouping::gpu, 0, tokens, now_epoch_ms()), path);
     return exit_ok;
   }
+  // This host's part of the fleet view, where one is configured.
+  const auto fleet = is_etcd_lock(path) ? std::nullopt : fleet_freshness(path);
   if (a.json) {
-    std::cout << dump(board_json(b, a)) << "\n";
+    ojson j = board_json(b, a);
+    if (fleet) j["fleet"] = fleet_json(*fleet);
+    std::cout << dump(j) << "\n";
   } else {
     std::cout << render(b, a) << printable("lock: " + path) << "\n";
     // The gpulease lease of current upstream runners, where a root exists.
     if (b.gpulease) std::cout << lease_text(*b.gpulease) << "\n";
+    if (fleet) std::cout << printable("fleet: " + std::string(fleet->stale ? "stale: " : "") + fleet->why) << "\n";
   }
   // 0 when every GPU asked about is taken, by its lock or by the lease.
   bool all_busy = true;

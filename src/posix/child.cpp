@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,7 +79,7 @@ bool take_late(int gate, char* buf, char** env, std::size_t count) {
 }  // namespace
 
 result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv, const env_list& env,
-                                            const std::vector<env_list>& variants) {
+                                            const std::vector<env_list>& variants, bool die_with_parent) {
   if (argv.empty()) return error(errc::bad_input, "no command to run");
   // Everything the child needs is built before fork: after it, only
   // async-signal-safe calls. One environment per variant (the first without one).
@@ -116,6 +117,7 @@ result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv
     ::close(gate[1]);
     return detail::sys::sys_error(e, "pipe", "for " + argv[0]);
   }
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
@@ -123,6 +125,11 @@ result<gated_child> gated_child::fork_gated(const std::vector<std::string>& argv
     return detail::sys::sys_error(e, "fork", "for " + argv[0]);
   }
   if (pid == 0) {
+    if (die_with_parent) {
+      (void)::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      // Died before the request took effect: the signal will never come.
+      if (::getppid() != parent) ::_exit(127);
+    }
     ::close(gate[1]);
     ::close(report[0]);
     int go = -1;  // the environment variant to start with, +1

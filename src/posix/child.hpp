@@ -24,9 +24,11 @@ class gated_child {
   // current environment plus `env`, plus variants[k] when start(k) picks
   // one (the environment of each GPU slot, known only once one is taken).
   // It exits 127 without exec'ing if this process goes away or calls
-  // abandon().
+  // abandon(). With `die_with_parent`, the child (and CMD after exec) is
+  // killed (SIGKILL) when the thread that forked it ends, this process's
+  // death included.
   static result<gated_child> fork_gated(const std::vector<std::string>& argv, const env_list& env,
-                                        const std::vector<env_list>& variants = {});
+                                        const std::vector<env_list>& variants = {}, bool die_with_parent = false);
   gated_child(gated_child&&) noexcept;
   gated_child& operator=(gated_child&&) = delete;
   ~gated_child();

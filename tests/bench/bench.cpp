@@ -14,6 +14,7 @@
 //   7 the ordered queue: order, wakeups per handoff, junk entries, v1
 //     runners barging, handoff behind a queue
 //   8 the history and the live views (ops_bench.cpp)
+//   10 etcd locks beside etcdctl lock (etcd_bench.cpp)
 // It prints tables, the targets held / not held, and writes JSON.
 #include <fcntl.h>
 #include <signal.h>
@@ -43,6 +44,7 @@
 #include "lease_join.hpp"
 #include "offload_lock/lock.hpp"
 #include "plan.hpp"
+#include "etcd_bench.hpp"
 #include "goals_bench.hpp"
 #include "ops_bench.hpp"
 #include "queue_bench.hpp"
@@ -71,6 +73,7 @@ struct config {
   std::set<int> only;
   std::string self, cli, node, flock_bin, stamp, helper, true_bin;
   std::vector<goals::build> baselines;  // section 9: older builds to compare with
+  int etcd_acquisitions = 0;            // section 10's no-double-holder run (0: 10,000, --quick 300)
 };
 
 // How much of everything: the full run, and --quick (CI smoke run, < ~60 s).
@@ -1524,6 +1527,18 @@ int benchmark::run() {
     } catch (const std::exception& e) {
       print("  section 9 failed: " + std::string(e.what()) + "\n");
     }
+  // Section 10, etcd locks: its own etcd cluster and a long run under
+  // kills, so only when named (--only 10), never in a default or --quick run.
+  if (cfg_.only.count(10)) {
+    try {
+      auto r = etcd_bench::run({fresh("etcd"), cfg_.cli, cfg_.self, cfg_.stamp, cfg_.quick,
+                                cfg_.etcd_acquisitions});
+      print(r.report);
+      out_["etcd"] = r.json;
+    } catch (const std::exception& e) {
+      print("  section 10 failed: " + std::string(e.what()) + "\n");
+    }
+  }
   targets();
 
   double secs = double(mono_ns() - t_start) / 1e9;
@@ -1561,7 +1576,10 @@ int usage(std::ostream& o, int code) {
        "  --dir       create the temporary directory under DIR (default: $TMPDIR, $TMP, $TEMP or /tmp)\n"
        "  --keep      keep the temporary directory\n"
        "  --only      run only these sections: 1 uncontended, 2 whole process, 3 handoff, 4 crash,\n"
-       "              5 idle waiter, 6 throughput, 7 queue, 8 history and live views, 9 goals side by side\n"
+       "              5 idle waiter, 6 throughput, 7 queue, 8 history and live views, 9 goals side by side,\n"
+       "              10 etcd locks beside etcdctl lock (only when named here)\n"
+       "  --etcd-acquisitions N  section 10's no-double-holder run ends after N acquisitions\n"
+       "              (default 10000, --quick 300)\n"
        "  --baseline  an older build for section 9: its liboffload_lock.so, its build directory or its command\n";
   return code;
 }
@@ -1599,6 +1617,7 @@ int main(int argc, char** argv) {
       if (!b) return std::cerr << "offload-lock-bench: " << err << "\n", 2;
       c.baselines.push_back(*b);
     }
+    else if (a == "--etcd-acquisitions") c.etcd_acquisitions = std::atoi(value().c_str());
     else if (a == "--only") {
       std::stringstream ss(value());
       std::string x;

@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 
+#include "etcd_bench.hpp"
 #include "goals_bench.hpp"
 #include "offload_lock/lock.hpp"
 #include "util.hpp"
@@ -293,6 +294,7 @@ int run_child(int argc, char** argv) {
   if (argc < 4) return usage("MODE PATH [MS | nohb]");
   std::string mode = argv[2], path = argv[3];
   if (mode.rfind("g-", 0) == 0) return goals::run_child(argc, argv);
+  if (mode.rfind("e-", 0) == 0) return etcd_bench::run_child(argc, argv);
   if (mode == "q-waiter") return q_waiter(argc, argv);
   if (mode == "plant") return plant(argc, argv);
   long ms = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 0;

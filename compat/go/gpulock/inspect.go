@@ -73,6 +73,11 @@ type Info struct {
 	// an overdue holder is expected free "now". The zero time.Time when
 	// unknown: the lock is free, or the holder declared no duration.
 	ExpectedFree time.Time
+
+	// Fence is an etcd lock's fencing token (doc/etcd.md): the etcd
+	// revision at which its holder took it, greater for every later
+	// acquisition. 0 for a lock directory, and when not held.
+	Fence uint64
 }
 
 // coreMeta is what decides Held. Decoding into exactly these Go types is what
@@ -98,13 +103,24 @@ type extraMeta struct {
 // Inspect does not block except on the file system (a FIFO planted as
 // meta.json blocks it until a writer appears, as os.ReadFile would). It is
 // safe for concurrent use.
+//
+// An etcd lock ("etcd://HOST:PORT[,...]/NAME") is read from etcd instead
+// (InspectEtcd); one that cannot be read is reported free here, and
+// InspectEtcd says why.
 func Inspect(lockPath string) Info {
+	if IsEtcd(lockPath) {
+		info, _ := InspectEtcd(lockPath)
+		return info
+	}
 	return inspectAt(lockPath, DefaultTTL, time.Now())
 }
 
 // InspectTTL is Inspect with an explicit TTL: a meta.json whose mtime is more
 // than ttl in the past is stale (free). It is read-only, like Inspect.
 func InspectTTL(lockPath string, ttl time.Duration) Info {
+	if IsEtcd(lockPath) {
+		return Inspect(lockPath) // liveness is etcd's lease, not a TTL of ours
+	}
 	return inspectAt(lockPath, ttl, time.Now())
 }
 

@@ -90,7 +90,14 @@ const (
 // no symlink below the lock's parent (a symlinked registry, user directory
 // or entry is ignored). Dead entries stay on disk until offload-lock sweeps
 // them. It is safe for concurrent use.
+//
+// For an etcd lock the waiters are its queue's entries in etcd (WaitersEtcd
+// says why when they cannot be read).
 func Waiters(lockPath string) []Waiter {
+	if IsEtcd(lockPath) {
+		ws, _ := waitersEtcd(lockPath)
+		return ws
+	}
 	queue := readQueue(lockPath)
 	if len(queue) == 0 {
 		return nil

@@ -256,6 +256,7 @@ class Calls:
         h.path = os.fsdecode(N.path(out.value))
         h.token = N.token(out.value).decode("utf-8", "replace")
         h.gpu = N.gpu(out.value)
+        h.fence = int(N.fence(out.value))
         h.inherited = bool(N.inherited(out.value))
         return h
 

@@ -37,7 +37,9 @@ _HELD, _RELEASING, _RELEASED = 0, 1, 2
 
 class Handle:
     """A held lock. ``path`` is the lock (or GPU slot) directory held,
-    ``token`` its token, ``gpu`` the slot. ``nested`` is True for a lock this
+    ``token`` its token, ``gpu`` the slot, ``fence`` an etcd lock's fencing
+    token (the etcd revision at which it was taken; 0 for a local lock).
+    ``nested`` is True for a lock this
     thread or task already held (it passes straight through), ``inherited``
     for the parent process's lock passed down to this one; releasing either
     leaves the lock alone.
@@ -47,7 +49,7 @@ class Handle:
     """
 
     __slots__ = (
-        "path", "token", "gpu", "nested", "inherited", "_h", "_pid", "_outer", "_state", "_mu", "_lost_cb", "_yield_cb",
+        "path", "token", "gpu", "fence", "nested", "inherited", "_h", "_pid", "_outer", "_state", "_mu", "_lost_cb", "_yield_cb",
         "_env_saved", "_env_set", "_owned_set", "_owned_key", "_key", "__weakref__",
     )
 
@@ -55,6 +57,7 @@ class Handle:
         self.path = ""
         self.token = ""
         self.gpu = 0
+        self.fence = 0
         self.nested = False
         self.inherited = False
         self._h: Optional[int] = None  # the C handle
@@ -242,7 +245,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def passthrough(outer: Handle, inherited: bool = False) -> Handle:
     h = Handle()
-    h.path, h.token, h.gpu = outer.path, outer.token, outer.gpu
+    h.path, h.token, h.gpu, h.fence = outer.path, outer.token, outer.gpu, outer.fence
     h.nested = not inherited
     h.inherited = inherited
     h._outer = outer

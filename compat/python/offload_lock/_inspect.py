@@ -69,7 +69,11 @@ def inspect_both(path: str, ttl_ms: int = 0) -> Tuple[Dict[str, Any], Dict[str, 
     rc = N.inspect_queue(os.fsencode(path), ttl_ms, ctypes.byref(info), ctypes.byref(q))
     if rc == N.ERROR:
         raise OSError(_errno.EIO, _s(info.problem), path)
-    return info_dict(info), queue_dict(q, bool(info.held))
+    lock = info_dict(info)
+    if path.startswith("etcd://"):
+        # An etcd lock's fencing token, as `--json status` shows it.
+        lock["fence"] = q.fence if info.held and q.fence else None
+    return lock, queue_dict(q, bool(info.held))
 
 
 def inspect_one(path: str, ttl_ms: int = 0) -> Dict[str, Any]:

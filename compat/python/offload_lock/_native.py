@@ -97,6 +97,7 @@ class QueueInfo(ctypes.Structure):
         ("max_hold_in_ms", ctypes.c_int64),
         ("idle_since_ms", ctypes.c_int64),
         ("idle_for_ms", ctypes.c_int64),
+        ("fence", ctypes.c_uint64),
     ]
 
 
@@ -228,6 +229,7 @@ nested = _fn("offload_lock_nested", ctypes.c_int, _H)
 inherited = _fn("offload_lock_inherited", ctypes.c_int, _H)
 still_held = _fn("offload_lock_still_held", ctypes.c_int, _H)
 yield_requested = _fn("offload_lock_yield_requested", ctypes.c_int, _H)
+fence = _fn("offload_lock_fence", ctypes.c_uint64, _H)
 child_environment = _fn("offload_lock_child_environment", ctypes.c_size_t, _H, ctypes.c_char_p, ctypes.c_size_t)
 default_path = _fn("offload_lock_default_path", ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
 inspect_ex = _fn("offload_lock_inspect_ex", ctypes.c_int, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(InfoEx))

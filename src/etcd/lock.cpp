@@ -1,0 +1,755 @@
+// An etcd lock taken and held (lock.hpp).
+//
+// The wait: a waiter's entry is created under its lease (its create
+// revision is its arrival); it reads the lock in one range and, when it is
+// first in the order served and the holder key is absent, tries one
+// transaction: "holder absent, no entry newer than what I read, my entry
+// still there" then "put the holder key under my lease, delete my entry",
+// else "read the lock again" (one round trip either way). Otherwise it
+// watches exactly one key, the one ahead of it (the holder's when it is
+// first, else the entry just before its own), from the revision it read,
+// so no change in between is missed and a release wakes one waiter, not
+// all of them (etcd's own lock recipe does the same). The entry and the
+// lease are kept alive while it waits.
+#include "etcd/lock.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "etcd/client.hpp"
+#include "etcd/record.hpp"
+#include "etcd/view.hpp"
+#include "inherit.hpp"
+#include "offload_lock/slots.hpp"
+#include "os/clock.hpp"
+#include "os/process.hpp"
+#include "os/watch.hpp"
+#include "plan.hpp"
+#include "token.hpp"
+#include "wait.hpp"
+
+namespace offload_lock::detail::etcd {
+
+struct hold::made {
+  address addr;
+  std::string token, record_json;
+  std::uint64_t fence = 0;
+  std::int64_t lease = 0, ttl_ms = 0, pid = 0, valid_until = 0;
+  int gpu = 0, priority = 0;
+  bool inherited = false;
+  std::function<void(const error&)> on_lost;
+  std::function<void(const yield_request&)> on_yield;
+  std::int64_t max_hold_ms = 0;
+};
+
+namespace {
+
+error bad(const std::string& what) { return error(errc::bad_input, what); }
+
+// Bounds for one call: every member may be tried within it.
+sys::net_bounds call_bounds(const client& c, const std::vector<int>& cancel = {}) {
+  return {sys::monotonic_ms() + per_member_ms * static_cast<std::int64_t>(c.endpoints().size()), cancel};
+}
+
+// An error of etcd, said with the lock it concerns.
+error about(const std::string& url, const error& e) { return error(e.code(), url + ": " + e.context()); }
+
+// This thread's outermost etcd acquisitions, by URL: a nested one on the
+// same thread passes straight through, as for a local lock (B10).
+using nest_key = std::pair<std::string, std::thread::id>;
+std::mutex g_nest_mu;
+std::map<nest_key, std::weak_ptr<hold>>& nests() {
+  static auto* m = new std::map<nest_key, std::weak_ptr<hold>>();  // never destroyed: threads may outlive exit
+  return *m;
+}
+
+// The options of one etcd acquisition, checked once.
+struct wanted {
+  address a;
+  int gpu = 0;
+  std::int64_t ttl_s = 0;
+  bool queue = true;
+  record holder, waiting;
+  deadline until = deadline::forever();
+  std::vector<int> cancel;
+  reporting report;
+  bool inherit = true;
+  std::function<void(const error&)> on_lost;
+  std::function<void(const yield_request&)> on_yield;
+  std::int64_t max_hold_ms = 0;
+};
+
+result<wanted> want(const lock_options& o) {
+  if (o.gpus > 1 && o.gpu < 0)
+    return bad("an etcd lock has no GPU slots to choose among (--gpus " + std::to_string(o.gpus) +
+               "): name one with --gpu K, or give each GPU a lock of its own");
+  if (o.gpu >= max_gpus) return bad("GPU slot " + std::to_string(o.gpu));
+  wanted w;
+  w.gpu = std::max(0, o.gpu);
+  auto a = parse_address(gpu_slot_path(o.path, w.gpu));
+  if (!a) return a.error();
+  w.a = std::move(*a);
+  if (o.priority < lowest_priority || o.priority > highest_priority)
+    return bad("priority " + std::to_string(o.priority) + " (" + std::to_string(lowest_priority) + " to " +
+               std::to_string(highest_priority) + ")");
+  if (o.expected.count() < 0) return bad("expected duration below 0");
+  if (o.max_hold.count() < 0) return bad("maximum hold below 0");
+  if (o.pid < 0) return bad("holder pid " + std::to_string(o.pid));
+  if (!o.token.empty() && !valid_token(o.token)) return bad("token '" + o.token + "'");
+  if (o.ttl.count() <= 0) return bad("TTL " + std::to_string(o.ttl.count()) + " ms (above 0)");
+  // etcd's leases count whole seconds; a year is more than any holder
+  // should go without a word.
+  const std::int64_t ttl_ms = o.ttl == default_ttl ? default_ttl_ms : o.ttl.count();
+  if (ttl_ms > 366LL * 24 * 3600 * 1000) return bad("an etcd lease TTL above a year");
+  w.ttl_s = (ttl_ms + 999) / 1000;
+  w.queue = o.register_waiter;
+  w.until = deadline_for(o.wait);
+  w.cancel = o.cancel_fds;
+  w.inherit = o.inherit;
+  w.on_lost = o.on_lost;
+  w.on_yield = o.on_yield_request;
+  w.max_hold_ms = o.max_hold.count();
+  w.report.on_wait = o.on_wait;
+  w.report.on_progress = o.on_progress;
+  w.report.progress_every_ms = std::max<std::int64_t>(0, o.progress_every.count());
+
+  record& h = w.holder;
+  h.pid = o.pid ? o.pid : sys::self_pid();
+  h.label = o.label.empty() ? sys::program_name() : o.label;
+  if (h.label.size() > max_label_bytes) h.label.resize(max_label_bytes);
+  h.host = sys::host_name();
+  h.token = o.token.empty() ? new_token() : o.token;
+  h.priority = o.priority;
+  h.expect_ms = o.expected.count();
+  h.max_hold_ms = o.max_hold.count();
+  h.can_yield = static_cast<bool>(o.on_yield_request);
+  h.tool = std::string("offload-lock/") + version();
+  // The entry names the waiting process: the one that keeps it (and what
+  // place_in_line looks for).
+  w.waiting = h;
+  w.waiting.pid = sys::self_pid();
+  w.waiting.token.clear();
+  return w;
+}
+
+// A claim passed down by the `run` that started this process (B11): the
+// same URL in OFFLOAD_LOCK_PATH, and the holder's token in
+// OFFLOAD_LOCK_TOKEN.
+std::optional<lock_view> passed_down(const wanted& w, client& c) {
+  if (!w.inherit) return std::nullopt;
+  auto path = sys::get_env(env_lock_path);
+  auto token = sys::get_env(env_lock_token);
+  if (!path || !token || token->empty()) return std::nullopt;
+  auto theirs = parse_address(*path);
+  if (!theirs || theirs->url() != w.a.url()) return std::nullopt;
+  auto v = look(c, w.a, call_bounds(c, w.cancel));
+  if (!v || !v->holder || v->holder->rec.token != *token) return std::nullopt;
+  return *v;
+}
+
+class acquisition {
+ public:
+  explicit acquisition(wanted w) : w_(std::move(w)), c_(w_.a.endpoints), report_(w_.report) {}
+
+  result<std::shared_ptr<hold>> run();
+
+ private:
+  enum class woke { changed, timeout, cancelled, lease_gone, trouble };
+
+  error begin();
+  error enqueue();
+  void leave();
+  std::optional<std::int64_t> my_position(const lock_view& v) const;
+  woke wait_for(const std::string& key, std::int64_t from, std::int64_t timeout);
+  woke keep_lease();
+  void trouble(const error& e);
+  void report(const lock_view& v);
+
+  wanted w_;
+  client c_;
+  wait_report report_;
+  std::int64_t lease_ = 0, ttl_s_ = 0, valid_until_ = 0, next_ka_ = 0;
+  std::string my_key_;
+  std::int64_t my_rev_ = 0;
+  std::unique_ptr<watch_stream> watch_;
+  std::string watched_key_;
+  bool said_trouble_ = false, said_requeue_ = false;
+  int position_ = 0;
+  lock_view last_;
+};
+
+error acquisition::begin() {
+  const std::int64_t sent = sys::monotonic_ms();
+  auto g = c_.grant(w_.ttl_s, call_bounds(c_, w_.cancel));
+  if (!g) return g.error();
+  lease_ = g->id;
+  ttl_s_ = g->ttl_s;
+  valid_until_ = sent + ttl_s_ * 1000;
+  next_ka_ = sent + ttl_s_ * 1000 / 3;
+  my_key_ = w_.a.queue_prefix() + lease_name(lease_);
+  return w_.queue ? enqueue() : error{};
+}
+
+error acquisition::enqueue() {
+  record r = w_.waiting;
+  r.since = sys::now_ms();
+  auto t = c_.txn({{my_key_, compare::field::create, compare::op::equal, 0}},
+                  {{txn_op::kind::put, my_key_, encode(r), lease_, false}}, {}, call_bounds(c_, w_.cancel));
+  if (!t) return t.error();
+  if (!t->succeeded) return error(std::make_error_code(std::errc::file_exists), w_.a.url() + ": queue entry " + my_key_);
+  my_rev_ = t->revision;
+  return {};
+}
+
+// Gives up the place and the lease (bounded, best effort: the lease lapses
+// by itself within its TTL anyway).
+void acquisition::leave() {
+  watch_.reset();
+  if (lease_) (void)c_.revoke(lease_, call_bounds(c_));
+  lease_ = 0;
+}
+
+std::optional<std::int64_t> acquisition::my_position(const lock_view& v) const {
+  for (std::size_t k = 0; k < v.queue.size(); ++k)
+    if (v.queue[k].kv.key == my_key_) return static_cast<std::int64_t>(k);
+  return std::nullopt;
+}
+
+void acquisition::report(const lock_view& v) {
+  info i = to_info(w_.a, v, sys::now_ms());
+  report_.waiting({i}, position_);
+}
+
+// A failed call while waiting: said once (through the progress report, as
+// the lock's problem), then tried again until the wait ends.
+void acquisition::trouble(const error& e) {
+  if (said_trouble_) return;
+  said_trouble_ = true;
+  info i;
+  i.path = w_.a.url();
+  i.problem = "etcd cannot be reached (" + e.message() + "); still trying until the wait ends";
+  report_.waiting({i}, position_);
+}
+
+acquisition::woke acquisition::keep_lease() {
+  const std::int64_t sent = sys::monotonic_ms();
+  if (sent < next_ka_) return woke::timeout;
+  auto r = c_.keep_alive(lease_, call_bounds(c_, w_.cancel));
+  if (!r) {
+    if (r.error() == errc::cancelled) return woke::cancelled;
+    trouble(r.error());
+    next_ka_ = sys::monotonic_ms() + retry_ms;
+    return woke::trouble;
+  }
+  if (*r == 0) return woke::lease_gone;
+  said_trouble_ = false;
+  valid_until_ = sent + *r * 1000;
+  next_ka_ = sent + *r * 1000 / 3;
+  return woke::timeout;
+}
+
+// Waits up to `timeout` ms (-1: none) for `key` to change after revision
+// `from - 1`, keeping the lease alive meanwhile.
+acquisition::woke acquisition::wait_for(const std::string& key, std::int64_t from, std::int64_t timeout) {
+  const std::int64_t end = timeout < 0 ? -1 : sys::monotonic_ms() + timeout;
+  auto left = [&](std::int64_t until) {
+    const std::int64_t now = sys::monotonic_ms();
+    std::int64_t t = until - now;
+    if (end >= 0) t = std::min(t, end - now);
+    return std::max<std::int64_t>(0, t);
+  };
+  if (watched_key_ != key) watch_.reset();
+  for (;;) {
+    if (end >= 0 && sys::monotonic_ms() >= end) return woke::timeout;
+    if (lease_) {
+      const woke k = keep_lease();
+      if (k == woke::cancelled || k == woke::lease_gone) return k;
+      if (k == woke::trouble) {
+        // Paused a little: the member may be back by then.
+        if (sys::wait_any(w_.cancel, left(next_ka_)) >= 0) return woke::cancelled;
+        if (sys::monotonic_ms() >= valid_until_) return woke::lease_gone;
+        continue;
+      }
+    }
+    const std::int64_t until = lease_ ? next_ka_ : sys::monotonic_ms() + 60'000;
+    if (!watch_) {
+      auto made = c_.watch(key, false, from, {sys::monotonic_ms() + left(until) + per_member_ms, w_.cancel});
+      if (!made) {
+        if (made.error() == errc::cancelled) return woke::cancelled;
+        // A start revision compacted away: something changed; look again.
+        if (made.error().code() == std::errc::no_such_file_or_directory) return woke::changed;
+        trouble(made.error());
+        if (sys::wait_any(w_.cancel, std::min<std::int64_t>(retry_ms, left(until))) >= 0) return woke::cancelled;
+        return woke::trouble;
+      }
+      said_trouble_ = false;
+      watch_ = std::move(*made);
+      watched_key_ = key;
+    }
+    auto ev = watch_->next({sys::monotonic_ms() + left(until), w_.cancel});
+    if (!ev) {
+      if (ev.error() == errc::cancelled) return woke::cancelled;
+      watch_.reset();
+      trouble(ev.error());
+      return woke::trouble;
+    }
+    if (!*ev) continue;  // a keep-alive is due, or the time is up
+    for (const auto& e : **ev)
+      if (e.kv.key == key) {
+        watch_.reset();
+        return woke::changed;
+      }
+  }
+}
+
+result<std::shared_ptr<hold>> acquisition::run() {
+  if (error e = begin()) return about(w_.a.url(), e);
+  churn_guard churn;
+  bool look_again = true;
+  bool holder_gone = false;  // the holder key was seen deleted since last_ was read
+  for (;;) {
+    if (look_again) {
+      auto v = look(c_, w_.a, call_bounds(c_, w_.cancel));
+      if (!v) {
+        if (v.error() == errc::cancelled) break;
+        trouble(v.error());
+        if (w_.until.expired() || w_.until.trying()) {
+          leave();
+          return about(w_.a.url(), v.error());
+        }
+        if (sys::wait_any(w_.cancel, w_.until.clamp(retry_ms)) >= 0) break;
+        // Cut off for longer than the TTL: the lease, and the place with
+        // it, are gone; a new one once etcd answers (the look above does
+        // not find the entry then, and queues again).
+        if (sys::monotonic_ms() >= valid_until_) lease_ = 0, last_.queue.clear();
+        continue;
+      }
+      said_trouble_ = false;
+      last_ = std::move(*v);
+      look_again = false;
+      holder_gone = false;
+    }
+    std::optional<std::int64_t> at;
+    if (w_.queue) {
+      at = my_position(last_);
+      if (!at) {
+        // The entry is gone: the lease lapsed while etcd could not be
+        // reached (or someone deleted it). A new lease and a new place,
+        // behind everyone who came meanwhile.
+        if (!said_requeue_) {
+          said_requeue_ = true;
+          info i;
+          i.path = w_.a.url();
+          i.problem = "the place in line was lost with its etcd lease; queued again";
+          report_.waiting({i}, 0);
+        }
+        if (lease_) (void)c_.revoke(lease_, call_bounds(c_));
+        lease_ = 0;
+        if (error e = begin()) {
+          if (e == errc::cancelled) break;
+          trouble(e);
+          if (sys::wait_any(w_.cancel, w_.until.clamp(retry_ms)) >= 0) break;
+          if (w_.until.expired()) {
+            leave();
+            return error(errc::timed_out, w_.a.url());
+          }
+        }
+        look_again = true;
+        continue;
+      }
+    }
+    const bool first = !w_.queue || *at == 0;
+    const bool free = !last_.holder || holder_gone;
+    position_ = w_.queue ? static_cast<int>(*at) + 1 : 0;
+    if (first && free) {
+      record mine = w_.holder;
+      mine.since = sys::now_ms();
+      std::vector<compare> cmp{{w_.a.holder_key(), compare::field::create, compare::op::equal, 0}};
+      std::vector<txn_op> then{{txn_op::kind::put, w_.a.holder_key(), encode(mine), lease_, false}};
+      if (w_.queue) {
+        // No entry came (or changed) since the look that put this waiter
+        // first: a compare over the whole queue prefix.
+        compare newer{w_.a.queue_prefix(), compare::field::mod, compare::op::less, last_.revision + 1, true};
+        cmp.push_back(newer);
+        cmp.push_back({my_key_, compare::field::create, compare::op::equal, my_rev_});
+        then.push_back({txn_op::kind::del, my_key_, "", 0, false});
+      }
+      auto t = c_.txn(cmp, then, {{txn_op::kind::range, w_.a.lock_prefix(), "", 0, true}}, call_bounds(c_, w_.cancel));
+      if (!t) {
+        if (t.error() == errc::cancelled) break;
+        trouble(t.error());
+        if (sys::wait_any(w_.cancel, w_.until.clamp(retry_ms)) >= 0) break;
+        look_again = true;
+        continue;
+      }
+      if (t->succeeded) {
+        hold::made m;
+        m.addr = w_.a;
+        m.token = mine.token;
+        m.record_json = encode(mine);
+        m.fence = static_cast<std::uint64_t>(t->revision);
+        m.lease = lease_;
+        m.ttl_ms = ttl_s_ * 1000;
+        m.pid = mine.pid;
+        m.valid_until = valid_until_;
+        m.gpu = w_.gpu;
+        m.priority = mine.priority;
+        m.on_lost = w_.on_lost;
+        m.on_yield = w_.on_yield;
+        m.max_hold_ms = w_.max_hold_ms;
+        return std::make_shared<hold>(std::move(m));
+      }
+      if (t->ranges.size() != 1) {
+        look_again = true;
+        continue;
+      }
+      last_ = read_view(w_.a, t->ranges.front());
+      holder_gone = false;
+      churn.round_without_wait();
+      // Still first with nobody holding: someone came or left meanwhile; try again.
+      continue;
+    }
+    if (w_.until.trying() || w_.until.expired()) {
+      leave();
+      return error(w_.until.trying() ? errc::busy : errc::timed_out, w_.a.url());
+    }
+    // Wait for the one key ahead.
+    std::string ahead = w_.a.holder_key();
+    if (!first) ahead = last_.queue[static_cast<std::size_t>(*at) - 1].kv.key;
+    report(last_);
+    woke why = woke::timeout;
+    const auto wake = report_.wait_ticking(w_.until.left(), [&](std::int64_t t) {
+      why = wait_for(ahead, last_.revision + 1, t);
+      switch (why) {
+        case woke::timeout: return sys::watcher::wake::timeout;
+        case woke::cancelled: return sys::watcher::wake::extra_fd;
+        default: return sys::watcher::wake::event;
+      }
+    });
+    churn.waited();
+    if (wake == sys::watcher::wake::extra_fd) break;
+    if (why == woke::changed && first && ahead == w_.a.holder_key()) {
+      // Released (or replaced): try at once; the transaction's own reply
+      // says whether to look again.
+      holder_gone = true;
+      continue;
+    }
+    if (why == woke::lease_gone) {
+      // Cut off from etcd for longer than the TTL: this lease, and the
+      // place with it, are taken as gone (revoked in case they are not).
+      if (lease_) (void)c_.revoke(lease_, call_bounds(c_));
+      lease_ = 0;
+      last_.queue.clear();
+    }
+    look_again = true;
+  }
+  // Cancelled.
+  leave();
+  return error(errc::cancelled, w_.a.url());
+}
+
+}  // namespace
+
+// cppcheck-suppress passedByValue ; its members are moved into the hold
+hold::hold(made m)
+    : addr_(std::move(m.addr)),
+      url_(addr_.url()),
+      token_(std::move(m.token)),
+      record_json_(std::move(m.record_json)),
+      fence_(m.fence),
+      lease_(m.lease),
+      ttl_ms_(m.ttl_ms),
+      pid_(m.pid),
+      gpu_(m.gpu),
+      priority_(m.priority),
+      inherited_(m.inherited),
+      on_lost_(std::move(m.on_lost)),
+      on_yield_(std::move(m.on_yield)),
+      max_hold_ms_(m.max_hold_ms),
+      taken_mono_(sys::monotonic_ms()),
+      owner_pid_(sys::self_pid()),
+      valid_until_(m.valid_until) {}
+
+hold::~hold() { stop_thread(); }
+
+void hold::start() {
+  if (inherited_) return;
+  auto pipe = sys::make_pipe();
+  if (pipe) {
+    stop_r_ = std::move(pipe->first);
+    stop_w_ = std::move(pipe->second);
+  }
+  // The thread keeps the hold alive while it runs; release() and detach()
+  // end it.
+  thread_ = std::make_unique<std::thread>([self = shared_from_this()] { self->run(); });
+}
+
+void hold::stop_thread() {
+  if (!thread_) return;
+  if (owner_pid_ != sys::self_pid()) {
+    // A forked child's copy of the parent's thread: nothing to join here,
+    // and a std::thread must not be destroyed joinable.
+    (void)thread_.release();
+    return;
+  }
+  stopping_ = true;
+  if (stop_w_.valid()) sys::notify(stop_w_.get());
+  if (thread_->get_id() == std::this_thread::get_id()) {
+    thread_->detach();  // released from its own on_lost: it ends after the callback
+  } else if (thread_->joinable()) {
+    thread_->join();
+  }
+  thread_.reset();
+}
+
+bool hold::max_hold_passed() const {
+  return max_hold_reached_ || (max_hold_ms_ > 0 && sys::monotonic_ms() - taken_mono_ >= max_hold_ms_);
+}
+
+void hold::lose(const std::string& why) {
+  if (lost_.exchange(true)) return;
+  if (!stopping_ && on_lost_) on_lost_(error(errc::lost, why));
+}
+
+void hold::run() {
+  client c(addr_.endpoints);
+  const std::vector<int> stop{stop_r_.get()};
+  const std::int64_t period = std::max<std::int64_t>(ttl_ms_ / 3, 100);
+  std::int64_t next_ka = taken_mono_ + period;
+  std::int64_t watch_from = static_cast<std::int64_t>(fence_) + 1;
+  std::unique_ptr<watch_stream> w;
+  std::string last_trouble;
+  const std::string holder = addr_.holder_key(), queue = addr_.queue_prefix();
+  auto ask = [&](const yield_request& r) {
+    if (!on_yield_ || yield_asked_.exchange(true) || stopping_) return;
+    on_yield_(r);
+  };
+  // Waiters of a higher priority that queued before this holder took it
+  // ask at once.
+  if (on_yield_)
+    if (auto v = look(c, addr_, call_bounds(c, stop)); v)
+      for (const auto& e : v->queue)
+        if (e.rec.priority > priority_) {
+          ask({e.rec.pid, e.rec.label, e.rec.priority, "priority"});
+          break;
+        }
+  while (!stopping_) {
+    const std::int64_t now = sys::monotonic_ms();
+    if (now >= valid_until_) {
+      lose(url_ + " lost its etcd lease: no etcd member renewed it within its TTL of " +
+           describe_duration(milliseconds(ttl_ms_)) + (last_trouble.empty() ? "" : " (" + last_trouble + ")"));
+      return;
+    }
+    std::int64_t max_hold_at = -1;
+    if (max_hold_ms_ > 0 && !max_hold_reached_) {
+      max_hold_at = taken_mono_ + max_hold_ms_;
+      if (now >= max_hold_at) {
+        max_hold_reached_ = true;
+        yield_request r{0, "max hold", 0, "max hold"};
+        if (auto v = look(c, addr_, call_bounds(c, stop)); v && !v->queue.empty())
+          r = {v->queue.front().rec.pid, v->queue.front().rec.label, v->queue.front().rec.priority, "max hold"};
+        ask(r);
+        continue;
+      }
+    }
+    if (now >= next_ka) {
+      // The lease is good until TTL after the renewal was sent, at the
+      // least: etcd counts from when it got it, which is later.
+      const std::int64_t sent = sys::monotonic_ms();
+      auto r = c.keep_alive(lease_, {std::min<std::int64_t>(valid_until_, sent + per_member_ms), stop});
+      if (r && *r > 0) {
+        valid_until_ = sent + *r * 1000;
+        next_ka = sent + period;
+        last_trouble.clear();
+      } else if (r) {
+        lose(url_ + " lost its etcd lease: etcd says it has expired");
+        return;
+      } else if (r.error() != errc::cancelled) {
+        last_trouble = r.error().message();
+        next_ka = sys::monotonic_ms() + retry_ms;
+      }
+      continue;
+    }
+    std::int64_t until = std::min<std::int64_t>(next_ka, valid_until_);
+    if (max_hold_at >= 0) until = std::min(until, max_hold_at);
+    if (!w) {
+      auto made = c.watch(addr_.lock_prefix(), true, watch_from, {until, stop});
+      if (!made) {
+        if (made.error() == errc::cancelled) continue;
+        if (made.error().code() == std::errc::no_such_file_or_directory) {
+          // Compacted past: is the key still ours? Then watch from now.
+          auto v = look(c, addr_, call_bounds(c, stop));
+          if (v && (!v->holder || v->holder->kv.create_revision != static_cast<std::int64_t>(fence_) ||
+                    v->holder->kv.lease != lease_)) {
+            lose(url_);
+            return;
+          }
+          if (v) watch_from = v->revision + 1;
+          continue;
+        }
+        last_trouble = made.error().message();
+        (void)sys::wait_any(stop, std::max<std::int64_t>(0, std::min(until, sys::monotonic_ms() + retry_ms) -
+                                                                  sys::monotonic_ms()));
+        continue;
+      }
+      w = std::move(*made);
+    }
+    auto ev = w->next({until, stop});
+    if (!ev) {
+      if (ev.error() != errc::cancelled) {
+        last_trouble = ev.error().message();
+        w.reset();
+      }
+      continue;
+    }
+    if (!*ev) continue;
+    for (const auto& e : **ev) {
+      watch_from = std::max(watch_from, e.kv.mod_revision + 1);
+      if (e.kv.key == holder) {
+        // Deleted, or put by anyone but this acquisition: not ours.
+        lose(url_);
+        return;
+      }
+      if (!e.deleted && e.kv.key.compare(0, queue.size(), queue) == 0 && on_yield_) {
+        const record r = decode(e.kv.value);
+        if (r.problem.empty() && r.priority > priority_) ask({r.pid, r.label, r.priority, "priority"});
+      }
+    }
+  }
+}
+
+bool hold::still_held() {
+  if (inherited_) return true;
+  if (lost_ || done_ || owner_pid_ != sys::self_pid()) return false;
+  client c(addr_.endpoints);
+  auto v = look(c, addr_, call_bounds(c));
+  if (!v) return sys::monotonic_ms() < valid_until_;
+  return v->holder && v->holder->kv.create_revision == static_cast<std::int64_t>(fence_) &&
+         v->holder->kv.lease == lease_;
+}
+
+error hold::finish() {
+  client c(addr_.endpoints);
+  auto t = c.txn({{addr_.holder_key(), compare::field::create, compare::op::equal, static_cast<std::int64_t>(fence_)}},
+                 {{txn_op::kind::del, addr_.holder_key(), "", 0, false}}, {}, call_bounds(c));
+  // Whatever the outcome, the lease goes: nothing of this acquisition is
+  // to stay (a keeper elsewhere would have it no longer).
+  (void)c.revoke(lease_, call_bounds(c));
+  if (!t)
+    return error(t.error().code(), url_ + ": release: " + t.error().context() +
+                                       "; the lock frees itself when its lease lapses, within " +
+                                       describe_duration(milliseconds(ttl_ms_)));
+  if (!t->succeeded || lost_) return error(errc::lost, url_);
+  return {};
+}
+
+error hold::release() {
+  if (inherited_ || done_.exchange(true)) return {};
+  stop_thread();
+  forget_nesting(*this);
+  if (owner_pid_ != sys::self_pid()) return error(errc::lost, url_);
+  return finish();
+}
+
+void hold::detach() {
+  if (done_.exchange(true)) return;
+  stop_thread();
+  forget_nesting(*this);
+}
+
+error hold::keep_until_holder_exits() {
+  if (inherited_) return {};
+  // The forked keeper: its parent's thread is not here (stop_thread()
+  // knows), and it keeps the lease from now on.
+  stop_thread();
+  owner_pid_ = sys::self_pid();
+  client c(addr_.endpoints);
+  sys::watcher w;
+  const int pid_id = w.watch_pid(pid_);
+  const std::int64_t period = std::max<std::int64_t>(ttl_ms_ / 3, 100);
+  std::int64_t next = sys::monotonic_ms();
+  for (;;) {
+    const std::int64_t now = sys::monotonic_ms();
+    if (now >= valid_until_) {
+      done_ = true;
+      (void)c.revoke(lease_, call_bounds(c));
+      return error(errc::lost, url_);
+    }
+    if (now >= next) {
+      const std::int64_t sent = now;
+      auto r = c.keep_alive(lease_, {std::min<std::int64_t>(valid_until_, sent + per_member_ms), {}});
+      if (r && *r == 0) {
+        done_ = true;
+        return error(errc::lost, url_);
+      }
+      if (r) valid_until_ = sent + *r * 1000;
+      // And whether the key is still ours (a release by token elsewhere).
+      auto v = look(c, addr_, call_bounds(c));
+      if (v && (!v->holder || v->holder->kv.create_revision != static_cast<std::int64_t>(fence_))) {
+        done_ = true;
+        (void)c.revoke(lease_, call_bounds(c));
+        return error(errc::lost, url_);
+      }
+      next = sys::monotonic_ms() + (r && v ? period : retry_ms);
+      continue;
+    }
+    std::int64_t t = std::min<std::int64_t>(next, valid_until_) - now;
+    if (pid_id < 0) t = std::min<std::int64_t>(t, 1000);  // no pidfd: a look every second
+    (void)w.wait(std::max<std::int64_t>(0, t));
+    const auto alive = sys::probe(pid_);
+    if (alive == sys::liveness::dead || alive == sys::liveness::zombie) {
+      done_ = true;
+      return finish();
+    }
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> hold::child_environment() const {
+  return {{env_lock_path, url_}, {env_lock_token, token_}, {"OFFLOAD_LOCK_FENCE", std::to_string(fence_)}};
+}
+
+void forget_nesting(const hold& h) {
+  std::lock_guard<std::mutex> g(g_nest_mu);
+  for (auto it = nests().begin(); it != nests().end();) {
+    auto held = it->second.lock();
+    if (!held || held.get() == &h) it = nests().erase(it);
+    else ++it;
+  }
+}
+
+result<std::shared_ptr<hold>> acquire(const lock_options& o, bool& nested) {
+  nested = false;
+  auto w = want(o);
+  if (!w) return w.error();
+  const std::string url = w->a.url();
+  {
+    std::lock_guard<std::mutex> g(g_nest_mu);
+    auto it = nests().find({url, std::this_thread::get_id()});
+    if (it != nests().end())
+      if (auto h = it->second.lock()) {
+        nested = true;
+        return h;
+      }
+  }
+  client c(w->a.endpoints);
+  if (auto v = passed_down(*w, c)) {
+    hold::made m;
+    m.addr = w->a;
+    m.token = v->holder->rec.token;
+    m.record_json = v->holder->kv.value;
+    m.fence = static_cast<std::uint64_t>(v->holder->kv.create_revision);
+    m.pid = v->holder->rec.pid;
+    m.gpu = w->gpu;
+    m.inherited = true;
+    return std::make_shared<hold>(std::move(m));
+  }
+  acquisition a(std::move(*w));
+  auto h = a.run();
+  if (!h) return h;
+  (*h)->start();
+  std::lock_guard<std::mutex> g(g_nest_mu);
+  nests()[{url, std::this_thread::get_id()}] = *h;
+  return h;
+}
+
+}  // namespace offload_lock::detail::etcd

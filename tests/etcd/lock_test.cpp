@@ -1,0 +1,423 @@
+// etcd locks as the command and the library use them, against a real etcd
+// (one member, started by each case): the same behaviour as a local lock
+// (run, hold, acquire, release, status, wait-free, the queue, yield
+// requests, the exit codes), liveness by the lease, and the fencing token.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "etcd/client.hpp"
+#include "etcd/cluster.hpp"
+#include "offload_lock/etcd.hpp"
+#include "offload_lock/lock.hpp"
+#include "offload_lock/offload_lock.h"
+#include "os/clock.hpp"
+
+using namespace olt;
+using json = nlohmann::json;
+namespace ol = offload_lock;
+namespace etcd = offload_lock::detail::etcd;
+
+#define ETCD_OR_SKIP() \
+  if (!etcd_exe()) OLT_NOT_RUN("no etcd server on this machine (scripts/setup installs etcd-server)")
+
+namespace {
+
+// "acquired {...}": the JSON object of a hold's first line.
+json acquired(child& h) {
+  auto line = h.read_line(30s);
+  REQUIRE(line);
+  REQUIRE(line->rfind("acquired ", 0) == 0);
+  return json::parse(line->substr(9));
+}
+
+etcd::client client_of(const etcd_cluster& c) {
+  std::vector<etcd::endpoint> eps;
+  for (int k = 0; k < c.size(); ++k) {
+    const std::string ep = c.endpoint(k);
+    eps.push_back({"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)))});
+  }
+  return etcd::client(eps);
+}
+
+offload_lock::detail::sys::net_bounds soon() { return {offload_lock::detail::sys::monotonic_ms() + 5000, {}}; }
+
+}  // namespace
+
+TEST_CASE("etcd lock: run, hold and status as for a local lock, with a fencing token", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  auto free = etcd_cli(c, "gpu", {"status"});
+  CHECK(free.code == 1);
+  CHECK(free.out.find("free") != std::string::npos);
+
+  child h(cli_exe(), etcd_args(c, "gpu", {"--json", "hold", "--label", "A", "--expect", "20m"}));
+  const json j = acquired(h);
+  CHECK(j["held"] == true);
+  CHECK(j["label"] == "A");
+  const std::uint64_t fence = j["fence"].get<std::uint64_t>();
+  CHECK(fence > 0);
+
+  auto held = etcd_cli(c, "gpu", {"status"});
+  CHECK(held.code == 0);
+  CHECK(held.out.find("held by A (pid ") != std::string::npos);
+  CHECK(held.out.find("expected free in ~") != std::string::npos);
+  auto js = json::parse(etcd_cli(c, "gpu", {"--json", "status"}).out);
+  CHECK(js["fence"] == fence);
+  CHECK(js["pid"] == h.pid());
+
+  // Busy at once with --wait 0: exit 1, naming the holder.
+  auto busy = etcd_cli(c, "gpu", {"run", "--wait", "0", "--", "true"});
+  CHECK(busy.code == 1);
+  CHECK(busy.err.find("busy: " + c.url("gpu") + " is held by A") != std::string::npos);
+  auto timed = etcd_cli(c, "gpu", {"acquire", "--wait", "300ms"});
+  CHECK(timed.code == 1);
+  CHECK(timed.err.find("timed out") != std::string::npos);
+
+  h.close_stdin();
+  CHECK(h.wait(30s) == 0);
+  CHECK(etcd_cli(c, "gpu", {"status"}).code == 1);
+
+  // CMD gets the fencing token, greater than the one before.
+  auto r = etcd_cli(c, "gpu", {"run", "--", "sh", "-c", "echo $OFFLOAD_LOCK_FENCE $OFFLOAD_LOCK_PATH"});
+  REQUIRE(r.code == 0);
+  const std::uint64_t next = std::stoull(r.out);
+  CHECK(next > fence);
+  CHECK(r.out.find(c.url("gpu")) != std::string::npos);
+  // And CMD's status is run's.
+  CHECK(etcd_cli(c, "gpu", {"run", "--", "sh", "-c", "exit 7"}).code == 7);
+}
+
+TEST_CASE("etcd lock: waiters are served by priority, then arrival, and see their places", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  temp_dir d;
+  const std::string order = (d.path / "order").string();
+  child h(cli_exe(), etcd_args(c, "q", {"hold", "--label", "holder", "--expect", "1m"}));
+  (void)acquired(h);
+  std::vector<std::unique_ptr<child>> ws;
+  const std::vector<std::pair<std::string, std::string>> arrivals = {
+      {"w1", "0"}, {"w2", "interactive"}, {"w3", "0"}, {"w4", "batch"}};
+  for (const auto& [label, priority] : arrivals) {
+    ws.push_back(std::make_unique<child>(
+        cli_exe(), etcd_args(c, "q", {"run", "--label", label, "--priority", priority, "--expect", "2m", "--", "sh",
+                                      "-c", "echo " + label + " >> " + order})));
+    const int n = static_cast<int>(ws.size());
+    REQUIRE(eventually_every_50ms([&] { return waiting_count(c, "q") == n; }, 30s));
+  }
+  auto st = json::parse(etcd_cli(c, "q", {"--json", "status"}).out);
+  REQUIRE(st["waiters"].size() == 4);
+  CHECK(st["waiters"][0]["label"] == "w2");
+  CHECK(st["waiters"][0]["position"] == 1);
+  CHECK(st["waiters"][1]["label"] == "w1");
+  CHECK(st["waiters"][3]["label"] == "w4");
+  // ETAs: the holder's expected free time, plus 2m for each one ahead.
+  const auto eta0 = st["waiters"][0]["etaMs"].get<long long>();
+  const auto eta2 = st["waiters"][2]["etaMs"].get<long long>();
+  CHECK(eta0 > 0);
+  CHECK(eta0 <= 60'000);
+  CHECK(eta2 - eta0 >= 239'000);
+  CHECK(eta2 - eta0 <= 241'000);
+  auto text = etcd_cli(c, "q", {"status"}).out;
+  CHECK(text.find("waiting: w2 (pid ") != std::string::npos);
+  CHECK(text.find(", #1, priority 10, ETA ~") != std::string::npos);
+
+  h.close_stdin();
+  CHECK(h.wait(30s) == 0);
+  for (auto& w : ws) CHECK(w->wait(60s) == 0);
+  CHECK(read_file(order) == "w2\nw1\nw3\nw4\n");
+}
+
+TEST_CASE("etcd lock: a release wakes the one waiter next, not every waiter (herd-free)", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  child h(cli_exe(), etcd_args(c, "herd", {"hold", "--label", "holder"}));
+  (void)acquired(h);
+  constexpr int n = 8;
+  std::vector<std::unique_ptr<child>> ws;
+  for (int k = 0; k < n; ++k) {
+    ws.push_back(std::make_unique<child>(cli_exe(), etcd_args(c, "herd", {"-q", "run", "--", "true"})));
+    REQUIRE(eventually_every_50ms([&] { return waiting_count(c, "herd") == k + 1; }, 30s));
+  }
+  // Events etcd delivered to watchers while the queue drained: each
+  // handoff wakes the next waiter (the holder key deleted) and the one
+  // after it (the entry ahead of it deleted). Were every waiter to watch
+  // the holder key, each release would wake all that remain: n(n+1)/2.
+  const long long before = etcd_metric(c, 0, "etcd_debugging_mvcc_events_total");
+  REQUIRE(before >= 0);
+  h.close_stdin();
+  CHECK(h.wait(30s) == 0);
+  for (auto& w : ws) CHECK(w->wait(60s) == 0);
+  const long long events = etcd_metric(c, 0, "etcd_debugging_mvcc_events_total") - before;
+  INFO("watch events during " << n << " handoffs: " << events);
+  CHECK(events <= 3 * (n + 1));
+}
+
+TEST_CASE("etcd lock: a killed holder's lock passes on when its lease lapses, and its CMD dies with it", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  temp_dir d;
+  const std::string cmd_pid = (d.path / "cmd.pid").string();
+  child victim(cli_exe(), etcd_args(c, "crash", {"--ttl", "2s", "run", "--label", "victim", "--", "sh", "-c",
+                                                  "echo $$ > " + cmd_pid + "; exec sleep 60"}));
+  REQUIRE(eventually_every_50ms([&] { return fs::exists(cmd_pid) && read_file(cmd_pid).size() > 1; }, 30s));
+  const int cmd = std::stoi(read_file(cmd_pid));
+  child next(cli_exe(), etcd_args(c, "crash", {"run", "--label", "next", "--", "true"}));
+  REQUIRE(eventually_every_50ms([&] { return waiting_count(c, "crash") == 1; }, 30s));
+  const auto killed = std::chrono::steady_clock::now();
+  victim.kill(SIGKILL);
+  CHECK(victim.wait() == 128 + SIGKILL);
+  // CMD held nothing once run was gone: it is killed at once.
+  CHECK(eventually([&] { return ::kill(cmd, 0) != 0 || process_state(cmd) == 'Z'; }, 10s));
+  CHECK(next.wait(30s) == 0);
+  const auto took = std::chrono::duration_cast<ms>(std::chrono::steady_clock::now() - killed);
+  INFO("taken over after " << took.count() << " ms (TTL 2 s)");
+  // Within the TTL and etcd's expiry check (every 500 ms); generous for a
+  // loaded machine. Speed is the benchmark's to measure.
+  CHECK(took < 15s);
+}
+
+TEST_CASE("etcd lock: acquire keeps it for --pid until that process exits, and release by token, pid and force", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  child sleeper("/bin/sleep", {"60"});
+  auto a = etcd_cli(c, "k", {"acquire", "--pid", std::to_string(sleeper.pid()), "--label", "script"});
+  REQUIRE(a.code == 0);
+  const std::string token = a.out.substr(0, a.out.find('\n'));
+  CHECK(token.size() == 32);
+  auto st = json::parse(etcd_cli(c, "k", {"--json", "status"}).out);
+  CHECK(st["pid"] == sleeper.pid());
+  CHECK(st["token"] == token);
+  // Not the owner: left in place, exit 3.
+  auto wrong = etcd_cli(c, "k", {"release", "--token", "0123456789abcdef"});
+  CHECK(wrong.code == 3);
+  CHECK(etcd_cli(c, "k", {"status"}).code == 0);
+  // The recorded holder exits: its keeper releases the lock.
+  sleeper.kill(SIGKILL);
+  (void)sleeper.wait();
+  CHECK(eventually_every_50ms([&] { return etcd_cli(c, "k", {"status"}).code == 1; }, 30s));
+
+  // By token.
+  child sleeper2("/bin/sleep", {"60"});
+  auto b = etcd_cli(c, "k", {"acquire", "--pid", std::to_string(sleeper2.pid())});
+  REQUIRE(b.code == 0);
+  CHECK(etcd_cli(c, "k", {"release", "--token", b.out.substr(0, 32)}).code == 0);
+  CHECK(etcd_cli(c, "k", {"status"}).code == 1);
+  // By pid, and by force.
+  auto e = etcd_cli(c, "k", {"acquire", "--pid", std::to_string(sleeper2.pid())});
+  REQUIRE(e.code == 0);
+  CHECK(etcd_cli(c, "k", {"release", "--pid", std::to_string(sleeper2.pid())}).code == 0);
+  auto f = etcd_cli(c, "k", {"acquire", "--pid", std::to_string(sleeper2.pid()), "--label", "forced"});
+  REQUIRE(f.code == 0);
+  auto forced = etcd_cli(c, "k", {"release", "--force"});
+  CHECK(forced.code == 0);
+  CHECK(forced.err.find("removed " + c.url("k") + ", held by forced") != std::string::npos);
+  CHECK(etcd_cli(c, "k", {"status"}).code == 1);
+  sleeper2.kill(SIGKILL);
+}
+
+TEST_CASE("etcd lock: a holder whose key is removed is told, as for a local lock (hold exit 5, run --on-lost term)",
+          "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  auto cl = client_of(c);
+  child h(cli_exe(), etcd_args(c, "lost", {"--json", "hold", "--label", "H"}));
+  (void)acquired(h);
+  auto del = cl.txn({}, {{etcd::txn_op::kind::del, "/offload-lock/lock/lost/holder", "", 0, false}}, {}, soon());
+  REQUIRE(del);
+  // Told while it holds, not only at its release.
+  CHECK(eventually_every_50ms([&] { return h.err_text().find("WARNING") != std::string::npos; }, 30s));
+  h.close_stdin();
+  CHECK(h.wait(30s) == 5);
+  CHECK(h.err_text().find("WARNING: the lock " + c.url("lost") + " was removed or replaced by someone else") !=
+        std::string::npos);
+  CHECK(h.err_text().find("{\"event\":\"lost\",\"path\":\"" + c.url("lost") + "\"") != std::string::npos);
+
+  temp_dir d;
+  const std::string started = (d.path / "started").string();
+  child r(cli_exe(), etcd_args(c, "lost", {"run", "--on-lost", "term", "--", "sh", "-c",
+                                            "touch " + started + "; exec sleep 60"}));
+  REQUIRE(eventually([&] { return fs::exists(started); }, 30s));
+  REQUIRE(cl.txn({}, {{etcd::txn_op::kind::del, "/offload-lock/lock/lost/holder", "", 0, false}}, {}, soon()));
+  CHECK(r.wait(30s) == 128 + SIGTERM);
+  CHECK(r.err_text().find("sending it SIGTERM") != std::string::npos);
+}
+
+TEST_CASE("etcd lock: wait-free wakes on the release, and --within answers at once", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  CHECK(etcd_cli(c, "wf", {"wait-free", "--wait", "0"}).code == 0);
+  child h(cli_exe(), etcd_args(c, "wf", {"hold", "--label", "H", "--expect", "1h"}));
+  (void)acquired(h);
+  CHECK(etcd_cli(c, "wf", {"wait-free", "--wait", "0"}).code == 1);
+  auto within = etcd_cli(c, "wf", {"wait-free", "--within", "1m", "--wait", "1m"}, {}, 30s);
+  CHECK(within.code == 1);
+  CHECK(within.err.find("not free within 1m") != std::string::npos);
+  child w(cli_exe(), etcd_args(c, "wf", {"wait-free", "--wait", "2m"}));
+  CHECK(!w.wait(500ms));
+  h.close_stdin();
+  CHECK(h.wait(30s) == 0);
+  CHECK(w.wait(30s) == 0);
+}
+
+TEST_CASE("etcd lock: a waiter of a higher priority asks a holder that can yield to make way", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  temp_dir d;
+  const std::string ready = (d.path / "ready").string(), yielded = (d.path / "yielded").string();
+  child low(cli_exe(),
+            etcd_args(c, "y", {"run", "--label", "low", "--yield-signal", "USR1", "--", "sh", "-c",
+                               "trap 'touch " + yielded + "; exit 0' USR1; touch " + ready +
+                                   "; while true; do sleep 0.1; done"}));
+  REQUIRE(eventually([&] { return fs::exists(ready); }, 30s));
+  // A waiter of the same priority asks nothing.
+  child same(cli_exe(), etcd_args(c, "y", {"run", "--label", "same", "--", "true"}));
+  REQUIRE(eventually_every_50ms([&] { return waiting_count(c, "y") == 1; }, 30s));
+  CHECK(!eventually([&] { return fs::exists(yielded); }, 1s));
+  child high(cli_exe(), etcd_args(c, "y", {"run", "--label", "high", "--priority", "10", "--", "true"}));
+  CHECK(eventually([&] { return fs::exists(yielded); }, 30s));
+  CHECK(low.wait(30s) == 0);
+  CHECK(high.wait(30s) == 0);
+  CHECK(same.wait(30s) == 0);
+  CHECK(low.err_text().find("high (pid ") != std::string::npos);
+}
+
+TEST_CASE("etcd lock: status --watch --json prints a line on each change", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  child watch(cli_exe(), etcd_args(c, "w", {"--json", "status", "--watch"}));
+  auto first = watch.read_line(30s);
+  REQUIRE(first);
+  CHECK(json::parse(*first)["held"] == false);
+  // Lines until one shows `want` (the hold queues for a moment first: a
+  // line of its own), each a --json status object.
+  auto until = [&](const std::function<bool(const json&)>& want) {
+    for (int k = 0; k < 10; ++k) {
+      auto line = watch.read_line(30s);
+      if (!line) return false;
+      const json j = json::parse(*line);
+      REQUIRE(j.contains("waiters"));
+      if (want(j)) return true;
+    }
+    return false;
+  };
+  child h(cli_exe(), etcd_args(c, "w", {"hold", "--label", "H"}));
+  (void)acquired(h);
+  CHECK(until([](const json& j) { return j["label"] == "H"; }));
+  h.close_stdin();
+  CHECK(h.wait(30s) == 0);
+  CHECK(until([](const json& j) { return j["held"] == false; }));
+  watch.kill(SIGTERM);
+  CHECK(watch.wait(30s) == 0);
+}
+
+TEST_CASE("etcd lock through the library and the C API: fence, nesting, children, loss", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  const std::string url = c.url("lib");
+  ol::lock_options o;
+  o.path = url;
+  o.label = "lib";
+  std::atomic<int> lost{0};
+  o.on_lost = [&](const ol::error& e) {
+    if (e == ol::errc::lost) ++lost;
+  };
+  auto l = ol::lock::acquire(o);
+  REQUIRE(l);
+  CHECK(l->fence() > 0);
+  CHECK(l->path() == url);
+  CHECK(l->still_held());
+  CHECK(ol::inspect(url).fence == l->fence());
+  // Nested on the same thread: straight through, and its release leaves the lock.
+  {
+    auto inner = ol::lock::acquire(url, ol::milliseconds(0));
+    REQUIRE(inner);
+    CHECK(inner->nested());
+    CHECK(!inner->release());
+  }
+  CHECK(l->still_held());
+  // Another thread waits for it (busy at once).
+  std::thread([&] { CHECK(ol::lock::acquire(url, ol::milliseconds(0)).error() == ol::errc::busy); }).join();
+  // A child process started with child_environment() passes through.
+  env_changes env;
+  for (const auto& [k, v] : l->child_environment()) env[k] = v;
+  auto passed = run_cli({"--lock", url, "acquire", "--wait", "0"}, env);
+  CHECK(passed.code == 0);
+  CHECK(passed.err.find("passing through") != std::string::npos);
+  CHECK(env["OFFLOAD_LOCK_FENCE"].value_or("") == std::to_string(l->fence()));
+  CHECK(!l->release());
+  CHECK(!ol::inspect(url).held);
+
+  // The C API: acquire, fence, release; a busy message names the holder.
+  offload_lock_options co;
+  offload_lock_options_init(&co);
+  co.path = url.c_str();
+  co.label = "c-api";
+  offload_lock_handle* ch = nullptr;
+  char message[512] = "";
+  REQUIRE(offload_lock_acquire_ex(&co, &ch, message, sizeof message) == OFFLOAD_LOCK_OK);
+  const std::uint64_t cf = offload_lock_fence(ch);
+  CHECK(cf > 0);
+  offload_lock_queue_info q{};
+  q.size = sizeof q;
+  offload_lock_info_ex info;
+  CHECK(offload_lock_inspect_queue(url.c_str(), 0, &info, &q) == OFFLOAD_LOCK_OK);
+  CHECK(q.fence == cf);
+  CHECK(std::string(info.label) == "c-api");
+  std::thread([&] {
+    offload_lock_handle* other = nullptr;
+    char m[512] = "";
+    CHECK(offload_lock_acquire(url.c_str(), 0, "x", &other, m, sizeof m) == OFFLOAD_LOCK_BUSY);
+    CHECK(std::string(m).find("is held by c-api") != std::string::npos);
+  }).join();
+  CHECK(offload_lock_release(ch) == OFFLOAD_LOCK_OK);
+
+  // Loss: the key removed by someone else.
+  auto l2 = ol::lock::acquire(o);
+  REQUIRE(l2);
+  auto cl = client_of(c);
+  REQUIRE(cl.txn({}, {{etcd::txn_op::kind::del, "/offload-lock/lock/lib/holder", "", 0, false}}, {}, soon()));
+  CHECK(eventually([&] { return lost.load() == 1; }, 30s));
+  CHECK(!l2->still_held());
+  CHECK(l2->release() == ol::errc::lost);
+  // Bad input: several slots to choose among, a bad URL.
+  ol::lock_options many = o;
+  many.gpus = 2;
+  CHECK(ol::lock::acquire(many).error() == ol::errc::bad_input);
+  CHECK(ol::lock::acquire("etcd://127.0.0.1:1/bad name", ol::milliseconds(0)).error() == ol::errc::bad_input);
+}
+
+TEST_CASE("etcd lock: a server that remembers the highest fencing token refuses a holder that lost the lock",
+          "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  temp_dir d;
+  const std::string script = std::string(OFFLOAD_LOCK_SOURCE_DIR) + "/tests/etcd/fence_server.py";
+  const std::string port = std::to_string(free_port());
+  child server("/usr/bin/python3", {script, "serve", port});
+  REQUIRE(server.read_line(30s) == std::optional<std::string>("ready"));
+  const std::string ready = (d.path / "ready").string(), go = (d.path / "go").string();
+  const std::string a_said = (d.path / "a").string(), b_said = (d.path / "b").string();
+  // A takes the lock, then waits (for `go`) before it sends its work.
+  child a(cli_exe(), etcd_args(c, "fence", {"--ttl", "2s", "run", "--label", "A", "--", "sh", "-c",
+                                             "touch " + ready + "; while [ ! -e " + go + " ]; do sleep 0.05; done; " +
+                                                 "python3 " + script + " send " + port + " > " + a_said}));
+  REQUIRE(eventually([&] { return fs::exists(ready); }, 30s));
+  // A's offload-lock is paused past its lease's TTL: B takes the lock and sends.
+  REQUIRE(stop_process(a.pid()));
+  auto b = etcd_cli(c, "fence", {"run", "--wait", "60s", "--label", "B", "--", "sh", "-c",
+                                 "python3 " + script + " send " + port + " > " + b_said});
+  CHECK(b.code == 0);
+  CHECK(read_file(b_said) == "accepted\n");
+  // A's CMD still believes it holds the lock, and sends with its older token.
+  write_file(go, "");
+  CHECK(eventually([&] { return fs::exists(a_said) && !read_file(a_said).empty(); }, 30s));
+  CHECK(read_file(a_said).rfind("stale fencing token ", 0) == 0);
+  ::kill(a.pid(), SIGCONT);
+  CHECK(a.wait(30s) == 0);
+  // And A's offload-lock, running again, learned it lost the lock.
+  CHECK(a.err_text().find("lost its etcd lease") != std::string::npos);
+}
