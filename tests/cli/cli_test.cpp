@@ -22,6 +22,17 @@ json only_json(const std::string& out) {
   return json::parse(out);
 }
 
+// The CMD of a waiting `run`: forked first and held back until the lock is
+// free. Returned once run says that it waits.
+int held_back_cmd(child& c) {
+  const std::string children_file =
+      "/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) + "/children";
+  REQUIRE(eventually([&] { return !read_file(children_file).empty(); }));
+  const int cmd = std::stoi(read_file(children_file));
+  REQUIRE(eventually([&] { return c.err_text().find("waiting for") != std::string::npos; }));
+  return cmd;
+}
+
 void one_line_error(const cli_result& r) {
   INFO(r.err);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
@@ -336,11 +347,7 @@ TEST_CASE("cli: a CMD killed while run waits makes run exit with CMD's status", 
   auto l = ol::lock::acquire(d.lock(), 0ms);
   REQUIRE(l);
   child c(cli_exe(), with_lock(d, {"run", "--busy-exit", "75", "--", "echo", "ran"}));
-  // CMD is forked first and held back until the lock is free: find it.
-  std::string children_file = "/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) + "/children";
-  REQUIRE(eventually([&] { return !read_file(children_file).empty(); }));
-  int cmd = std::stoi(read_file(children_file));
-  REQUIRE(eventually([&] { return c.err_text().find("waiting for") != std::string::npos; }));
+  int cmd = held_back_cmd(c);
   ::kill(cmd, SIGKILL);
   CHECK(c.wait() == 128 + SIGKILL);
   CHECK(c.read_line(0ms) == std::nullopt);
@@ -352,10 +359,7 @@ TEST_CASE("cli: a CMD stopped and continued while run waits (Ctrl-Z then fg) lea
   auto l = ol::lock::acquire(d.lock(), 0ms);
   REQUIRE(l);
   child c(cli_exe(), with_lock(d, {"run", "--wait", "60", "--", "echo", "ran"}));
-  std::string children_file = "/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) + "/children";
-  REQUIRE(eventually([&] { return !read_file(children_file).empty(); }));
-  int cmd = std::stoi(read_file(children_file));
-  REQUIRE(eventually([&] { return c.err_text().find("waiting for") != std::string::npos; }));
+  int cmd = held_back_cmd(c);
   // What a terminal's Ctrl-Z and fg do to the job's process group, CMD
   // included: a child that stops or continues has not ended. (SIGSTOP:
   // a SIGTSTP to an orphaned process group, as under ctest, is discarded.)
