@@ -73,6 +73,27 @@ func JoinedLeaseDir() (string, bool) {
 	return dir, true
 }
 
+// sharedLeaseDir returns lockPath when it is the directory GPU_LOCK names
+// and gpulease's counter (epoch) is beside it: then gpulease uses the lock
+// directory as its lease directory, and offload-lock's one meta.json there
+// is both records (offload-lock's lease_sharing). A GPU_LOCK beside no
+// counter is a v1 lock alone: gpulease has never been there.
+func sharedLeaseDir(lockPath string) (string, bool) {
+	if strings.TrimSpace(os.Getenv("GPU_LOCK")) == "" {
+		return "", false
+	}
+	dir := LeaseDir("")
+	abs, err := filepath.Abs(lockPath)
+	if err != nil || abs != dir || syncRootReason(dir) != "" {
+		return "", false
+	}
+	st, err := os.Stat(filepath.Join(filepath.Dir(dir), "epoch"))
+	if err != nil || !st.Mode().IsRegular() {
+		return "", false
+	}
+	return dir, true
+}
+
 // defaultStateRoot is gpulease's machine-wide state root on Linux.
 const defaultStateRoot = "/var/lib/local-offload"
 
@@ -121,6 +142,23 @@ func syncRootReason(path string) string {
 // safe for concurrent use.
 func InspectGPU(lockPath string, opts Options) GPU {
 	g := GPU{Lock: InspectTTL(lockPath, opts.ttl())}
+	if dir, ok := sharedLeaseDir(lockPath); ok {
+		// One meta.json is the lock and the lease. A gpulease claim (no pid
+		// of the v1 record's own, which offload-lock's claims there carry)
+		// is judged by gpulease's rules, as offload-lock judges it: its
+		// holder has the lock while it lives, and a dead one's claim leaves
+		// the GPU free, not held until the one-hour TTL.
+		l := InspectLease(dir)
+		g.Lease = &l
+		if g.Lock.Held && g.Lock.PID == 0 && l.PID > 0 {
+			if l.State == LeaseHeld || l.State == LeaseUnknown {
+				g.Lock.PID = l.PID
+			} else {
+				g.Lock = Info{}
+			}
+		}
+		return g
+	}
 	if dir, ok := JoinedLeaseDir(); ok {
 		l := InspectLease(dir)
 		g.Lease = &l

@@ -137,3 +137,60 @@ func TestWaitGPUFreeWaitsForTheLease(t *testing.T) {
 		t.Fatalf("free after %v, before the holder died", waited)
 	}
 }
+
+// TestInspectGPUInADirectorySharedWithGpulease: GPU_LOCK names the lock and
+// gpulease's counter is beside it, so gpulease's claim is the lock's
+// meta.json. A live gpulease holder has the GPU, named by its pid; a dead
+// one's claim leaves it free (the v1 view alone holds it until the TTL);
+// offload-lock says the same of the same files.
+func TestInspectGPUInADirectorySharedWithGpulease(t *testing.T) {
+	bin := offloadLockBin(t)
+	if bin == "" {
+		t.Skip("offload-lock binary not found (set OFFLOAD_LOCK_BIN or build it into ../../../build)")
+	}
+	for _, c := range []struct {
+		name    string
+		pid     int
+		counter bool
+		busy    bool
+	}{
+		{"a live holder", os.Getpid(), true, true},
+		{"a dead holder", deadPid(t), true, false},
+		{"a dead holder, no counter: a v1 lock alone", deadPid(t), false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, name := range []string{"OFFLOAD_LOCK_LEASE_ROOT", "LOCAL_OFFLOAD_STATE_DIR"} {
+				t.Setenv(name, "")
+			}
+			base := t.TempDir()
+			lock := filepath.Join(base, "gpu.lock")
+			t.Setenv("GPU_LOCK", lock)
+			if c.counter {
+				if err := os.WriteFile(filepath.Join(base, "epoch"), []byte("4"), 0o666); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ticks := uint64(1)
+			if _, tk, ok := readProcStat(c.pid); ok {
+				ticks = tk
+			}
+			if err := os.Mkdir(lock, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().UnixMilli()
+			claim := fmt.Sprintf(`{"epoch":4,"class":"media","holder":{"pid":%d,"start_time_ms":%d},"reason":"go","acquired_at_ms":%d,"expires_at_ms":%d,"renewed_at_ms":%d}`,
+				c.pid, ticks, now, now+600000, now)
+			if err := os.WriteFile(filepath.Join(lock, "meta.json"), []byte(claim), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			g := InspectGPU(lock, Options{})
+			if g.Busy() != c.busy || statusBusy(t, bin, lock) != c.busy {
+				t.Fatalf("InspectGPU busy %v (lock %+v, lease %+v), offload-lock busy %v; want %v", g.Busy(), g.Lock,
+					g.Lease, statusBusy(t, bin, lock), c.busy)
+			}
+			if c.counter && c.busy && g.Lock.PID != c.pid {
+				t.Fatalf("the holder is pid %d, InspectGPU names %+v", c.pid, g.Lock)
+			}
+		})
+	}
+}
