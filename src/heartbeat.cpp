@@ -338,16 +338,25 @@ held_state::ownership held_state::check_ours(error* why) const {
   // contents are this holder's own, so they need no reading. Only a file
   // that is not (replaced, or a holder without its descriptor) is read for
   // the token.
-  if (meta_fd.valid()) {
-    auto named = sys::stat_at(dir.get(), meta_file_name, t.path);
-    if (!named) return failed(named.error());
-    auto mine = sys::stat_fd(meta_fd.get(), t.path);
-    if (!mine) return failed(mine.error());
-    if (named->id == mine->id) return ownership::ours;
+  {
+    std::lock_guard<std::mutex> g(meta_mu);
+    if (meta_fd.valid()) {
+      auto named = sys::stat_at(dir.get(), meta_file_name, t.path);
+      if (!named) return failed(named.error());
+      auto mine = sys::stat_fd(meta_fd.get(), t.path);
+      if (!mine) return failed(mine.error());
+      if (named->id == mine->id) return ownership::ours;
+    }
   }
   auto mb = sys::read_file_at(dir.get(), meta_file_name, meta_cap, t.path);
   if (!mb) return failed(mb.error());
   return !mb->truncated && parse_meta(mb->bytes).token == token ? ownership::ours : ownership::not_ours;
+}
+
+void held_state::drop_proof() {
+  std::lock_guard<std::mutex> g(meta_mu);
+  sys::unguard_from_fork(meta_fd.get());
+  meta_fd.reset();
 }
 
 bool held_state::touch() {
@@ -419,6 +428,7 @@ held_state::kept held_state::keep_until_holder_exits() {
     if (!proof)
       if (auto f = sys::open_write(dir.get(), meta_file_name, t.path)) {
         if (!sys::ofd_lock(f->get(), true)) {
+          std::lock_guard<std::mutex> g(meta_mu);
           sys::unguard_from_fork(meta_fd.get());
           meta_fd = std::move(*f);
           sys::guard_from_fork(meta_fd.get());

@@ -27,7 +27,11 @@ namespace offload_lock::detail {
 struct held_state {
   target t;
   sys::fd dir;   // the lock directory
-  sys::fd meta_fd;  // its meta.json, holding the OFD write lock: proof of life
+  // Its meta.json, holding the OFD write lock: proof of life. Under
+  // meta_mu: the heartbeat thread may be looking at it (check_ours) while
+  // the owner's release closes it.
+  sys::fd meta_fd;
+  mutable std::mutex meta_mu;
   sys::file_id id;
   std::int64_t owner_pid = 0;  // the process that took it: a forked child's copy does nothing
   std::string token, meta;
@@ -148,6 +152,8 @@ struct held_state {
   // B5: hands the lock to the next waiter (handoff.hpp) or removes the
   // directory, only if it is still ours (release.cpp).
   error release();
+  // Closes meta_fd (under meta_mu): the proof of life ends with the hold.
+  void drop_proof();
 };
 
 // Hands `s` to the process's heartbeat thread, which refreshes it every

@@ -44,8 +44,7 @@ error held_state::release() {
     const bool lost = e == errc::lost;
     history::record(t.path, history::hold_end(token, lost ? "lost" : over ? "max-hold" : "released", yield_asked),
                     meta);
-    sys::unguard_from_fork(meta_fd.get());
-    meta_fd.reset();
+    drop_proof();
     // The registry's directories this holder waited in, as any release.
     if (!queue_dir.empty()) tidy_registry(base, queue_dir);
     return lost ? error(errc::lost, t.path) : e;
@@ -78,8 +77,7 @@ error held_state::release() {
   if (!handed) return handed.error();
   if (*handed) {
     history::record(t.path, history::hold_end(token, ended, yield_asked), meta);
-    sys::unguard_from_fork(meta_fd.get());
-    meta_fd.reset();
+    drop_proof();
     if (!queue_dir.empty()) tidy_registry(base, queue_dir);
     return lease_lost;
   }
