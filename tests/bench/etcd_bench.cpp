@@ -2,6 +2,7 @@
 // etcd_bench.hpp).
 #include "etcd_bench.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -133,8 +134,10 @@ std::int64_t keys_under(const cluster& c, const std::string& prefix) {
 
 void wait_keys(const cluster& c, const std::string& prefix, std::int64_t n, const std::string& what) {
   const std::int64_t until = mono_ns() + 30'000'000'000LL;
-  while (keys_under(c, prefix) < n) {
-    if (mono_ns() > until) throw failure(what + " never showed in etcd");
+  for (std::int64_t seen = keys_under(c, prefix); seen < n; seen = keys_under(c, prefix)) {
+    if (mono_ns() > until)
+      throw failure(what + " never showed in etcd (" + std::to_string(seen) + " of " + std::to_string(n) +
+                    " keys under " + prefix + ")");
     sleep_ns(2'000'000);
   }
 }
@@ -151,18 +154,34 @@ struct tool {
 };
 
 // Handoff: the holder's CMD stamps just before it exits; the waiter's CMD
-// stamps as it starts. Both processes are the tool's own `... -- CMD`.
-summary handoff(const cluster& c, const tool& t, const std::string& stamp, int rounds, std::mt19937& rng) {
+// stamps as it starts. Both processes are the tool's own `... -- CMD`. The
+// holder's CMD is let go through a FIFO in `dir`, not its standard input:
+// etcdctl gives its CMD none.
+summary handoff(const cluster& c, const tool& t, const std::string& dir, const std::string& stamp, int rounds,
+                std::mt19937& rng) {
   std::vector<double> ms;
+  const std::string go = dir + "/handoff-go-" + t.label;
   for (int r = 0; r < rounds; ++r) {
     const std::string name = "ho-" + t.label + "-" + std::to_string(r);
-    child holder(t.cmd(name, {"sh", "-c", "echo held; read x; exec " + stamp}, 10), {true, true, false});
+    ::unlink(go.c_str());
+    if (::mkfifo(go.c_str(), 0600) != 0) throw failure("cannot make the FIFO " + go);
+    child holder(t.cmd(name, {"sh", "-c", "echo held; read x < " + go + "; exec " + stamp}, 10),
+                 {false, true, false});
     holder.expect("held", 30'000, t.label + " holder");
     child waiter(t.cmd(name, {stamp}, 10), {false, true, false});
     const auto [prefix, n] = t.queued(name, 1);
     wait_keys(c, prefix, n, t.label + " waiter");
     sleep_ns(std::uniform_int_distribution<std::int64_t>(5, 25)(rng) * 1'000'000);
-    holder.write_line("go");
+    {
+      // Non-blocking: a holder gone before it opened the FIFO is a failure,
+      // not a hang.
+      int fd = -1;
+      for (const std::int64_t until = mono_ns() + 30'000'000'000LL; fd < 0 && mono_ns() < until;)
+        if ((fd = ::open(go.c_str(), O_WRONLY | O_NONBLOCK)) < 0) sleep_ns(200'000);
+      if (fd < 0) throw failure(t.label + " holder never read the FIFO " + go);
+      write_line_fd(fd, "go");
+      ::close(fd);
+    }
     auto released = holder.read_line(30'000);
     auto took = waiter.read_line(30'000);
     if (!released || !took) throw failure(t.label + ": no stamp");
@@ -170,6 +189,7 @@ summary handoff(const cluster& c, const tool& t, const std::string& stamp, int r
     (void)holder.wait(30'000);
     (void)waiter.wait(30'000);
   }
+  ::unlink(go.c_str());
   return summarize(ms);
 }
 
@@ -205,7 +225,7 @@ std::string row(const summary& s) { return fmt(s.p50, 1) + " / " + fmt(s.max, 1)
 // ---- stress: no double holder ----
 
 struct stress_result {
-  std::int64_t acquisitions = 0, violations = 0, losses = 0, holder_kills = 0, member_kills = 0;
+  std::int64_t acquisitions = 0, violations = 0, losses = 0, holder_kills = 0, waiter_kills = 0, member_kills = 0;
   double seconds = 0;
 };
 
@@ -221,7 +241,7 @@ stress_result stress(const std::string& dir, const context& cx, int target, int 
   stress_result r;
   std::mt19937 rng(12345);
   const std::int64_t t0 = mono_ns();
-  std::int64_t next_kill = t0 + 200'000'000, next_member = t0 + 3'000'000'000LL, member_back = 0;
+  std::int64_t next_kill = t0 + 1'000'000'000, next_member = t0 + 3'000'000'000LL, member_back = 0;
   int member_down = -1;
   // Bounded: a run that stops making progress ends after 10 minutes.
   const std::int64_t give_up = t0 + 600'000'000'000LL;
@@ -234,12 +254,25 @@ stress_result stress(const std::string& dir, const context& cx, int target, int 
       }
     const std::int64_t now = mono_ns();
     if (now >= next_kill) {
-      // A holder (or a waiter: whoever it is at that moment) SIGKILLed.
-      auto& k = kids[std::uniform_int_distribution<std::size_t>(0, kids.size() - 1)(rng)];
-      k.kill_and_reap();
-      k = spawn();
-      ++r.holder_kills;
-      next_kill = now + std::uniform_int_distribution<std::int64_t>(100, 400)(rng) * 1'000'000;
+      // The holder SIGKILLed: the process the sentinel names. Between
+      // holders (nobody named for 200 ms), a waiter instead. Each kill
+      // stalls the queue for about the lease TTL (2 s), so one every 1-3 s.
+      std::string named;
+      {
+        std::ifstream f(sentinel);
+        std::getline(f, named);
+      }
+      auto it = std::find_if(kids.begin(), kids.end(),
+                             [&](const child& k) { return !named.empty() && std::to_string(k.pid()) == named; });
+      const bool holder = it != kids.end();
+      if (!holder && now >= next_kill + 200'000'000)
+        it = kids.begin() + std::uniform_int_distribution<std::ptrdiff_t>(0, std::ptrdiff_t(kids.size()) - 1)(rng);
+      if (it != kids.end()) {
+        it->kill_and_reap();
+        *it = spawn();
+        ++(holder ? r.holder_kills : r.waiter_kills);
+        next_kill = now + std::uniform_int_distribution<std::int64_t>(1000, 3000)(rng) * 1'000'000;
+      }
     }
     if (member_down < 0 && now >= next_member) {
       member_down = std::uniform_int_distribution<int>(0, 2)(rng);
@@ -372,8 +405,8 @@ result run(const context& cx) {
                         return std::make_pair(name + "/", std::int64_t(1 + waiters));
                       }};
     const int rounds = cx.quick ? 10 : 60;
-    const summary ho_ours = handoff(c, ours, cx.stamp, rounds, rng);
-    const summary ho_theirs = handoff(c, theirs, cx.stamp, rounds, rng);
+    const summary ho_ours = handoff(c, ours, cx.dir, cx.stamp, rounds, rng);
+    const summary ho_theirs = handoff(c, theirs, cx.dir, cx.stamp, rounds, rng);
     const int tk_rounds = cx.quick ? 2 : 8;
     const int ttl = 2;
     const summary tk_ours = takeover(c, ours, cx.stamp, tk_rounds, ttl);
@@ -462,13 +495,14 @@ result run(const context& cx) {
     const int target = cx.acquisitions > 0 ? cx.acquisitions : cx.quick ? 300 : 10'000;
     const stress_result s = stress(data, cx, target, 8);
     say("  no double holder: " + std::to_string(s.acquisitions) + " acquisitions by 8 processes in " +
-        fmt(s.seconds, 1) + " s, three members; " + std::to_string(s.holder_kills) + " processes SIGKILLed, " +
+        fmt(s.seconds, 1) + " s, three members; " + std::to_string(s.holder_kills) + " holders SIGKILLed (and " +
+        std::to_string(s.waiter_kills) + " waiters, when none held), " +
         std::to_string(s.member_kills) + " members killed and started again; " + std::to_string(s.losses) +
         " losses told; " + std::to_string(s.violations) + " double holders\n");
     say(std::string("  goal: 0 double holders in >= ") + std::to_string(target) + " acquisitions: " +
         (s.violations == 0 && s.acquisitions >= target ? "held" : "not held") + "\n");
     j["stress"] = {{"acquisitions", s.acquisitions}, {"double_holders", s.violations}, {"losses", s.losses},
-                   {"holder_kills", s.holder_kills}, {"member_kills", s.member_kills}, {"seconds", s.seconds}};
+                   {"holder_kills", s.holder_kills}, {"waiter_kills", s.waiter_kills}, {"member_kills", s.member_kills}, {"seconds", s.seconds}};
   } catch (const std::exception& e) {
     say("  stress failed: " + std::string(e.what()) + "\n");
   }
