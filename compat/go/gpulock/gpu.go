@@ -175,40 +175,12 @@ func InspectGPU(lockPath string, opts Options) GPU {
 // WaitUntilFree; a gpulease holder declares no duration and is waited for.
 // Read-only.
 func WaitGPUFree(ctx context.Context, lockPath string, opts Options) GPU {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	poll := opts.Poll
-	if poll < minPoll {
-		poll = minPoll
-	}
 	var budget time.Time
 	if opts.Within > 0 {
 		budget = time.Now().Add(opts.Within)
 	}
-	deadline := time.Now().Add(opts.Wait)
-	for {
-		g := InspectGPU(lockPath, opts)
-		if !g.Busy() {
-			return g
-		}
-		if !budget.IsZero() && g.Lock.Held && !g.Lock.ExpectedFree.IsZero() && g.Lock.ExpectedFree.After(budget) {
-			return g
-		}
-		left := time.Until(deadline)
-		if left <= 0 || ctx.Err() != nil {
-			return g
-		}
-		sleep := poll
-		if left < sleep {
-			sleep = left
-		}
-		timer := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return g
-		case <-timer.C:
-		}
-	}
+	return pollUntil(ctx, opts.Wait, opts.Poll, func() GPU { return InspectGPU(lockPath, opts) }, func(g GPU) bool {
+		return !g.Busy() ||
+			(!budget.IsZero() && g.Lock.Held && !g.Lock.ExpectedFree.IsZero() && g.Lock.ExpectedFree.After(budget))
+	})
 }

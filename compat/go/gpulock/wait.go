@@ -107,6 +107,17 @@ func waitFree(ctx context.Context, lockPath string, wait, poll time.Duration, in
 // hopeless (if not nil) says of a held lock that waiting is pointless.
 func waitFreeUntil(ctx context.Context, lockPath string, wait, poll time.Duration, inspect func(string) Info,
 	hopeless func(Info) bool) Info {
+	return pollUntil(ctx, wait, poll, func() Info { return inspect(lockPath) }, func(info Info) bool {
+		return !info.Held || (hopeless != nil && hopeless(info))
+	})
+}
+
+// pollUntil looks at once and then every poll (at least minPoll) until done
+// says yes of a look, wait has elapsed, or ctx is done, and returns the last
+// look. The last sleep is shortened so that it looks once more as the wait
+// runs out; a done ctx returns the last look at once (a nil ctx is
+// context.Background()). The one polling loop of the waits here.
+func pollUntil[T any](ctx context.Context, wait, poll time.Duration, look func() T, done func(T) bool) T {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -115,13 +126,13 @@ func waitFreeUntil(ctx context.Context, lockPath string, wait, poll time.Duratio
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		info := inspect(lockPath)
-		if !info.Held || (hopeless != nil && hopeless(info)) {
-			return info
+		v := look()
+		if done(v) {
+			return v
 		}
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
-			return info
+			return v
 		}
 		sleep := poll
 		if left < sleep {
@@ -131,7 +142,7 @@ func waitFreeUntil(ctx context.Context, lockPath string, wait, poll time.Duratio
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return info
+			return v
 		case <-timer.C:
 		}
 	}
