@@ -524,11 +524,19 @@ class Supervisor {
       try { process.kill(l.pid, 'SIGKILL'); } catch { /* gone */ }
     }
     try {
-      // In the participants' environment: with GPU_LOCK shared with
-      // gpulease, an empty container is judged by the rules of both (free),
-      // not as a v1 runner's new directory (held for its grace).
-      const r = await runQuiet(BIN, ['--lock', this.lock, 'status'], this.env);
-      if (r === 0) this.error(`the lock ${this.lock} is still held after every participant stopped`);
+      // In the participants' environment. A directory without a claim is
+      // held until it is the grace (2 s) old by its birth, shared with
+      // gpulease or not: it may be a v1 runner's between its mkdir and its
+      // write (B3), and a container gpulease made anew after a v1 runner's
+      // rm -rf looks the same. So held is an error only once that has
+      // passed with nobody left to refresh anything.
+      const until = Date.now() + 4000;
+      let r = await runQuiet(BIN, ['--lock', this.lock, 'status'], this.env);
+      while (r === 0 && Date.now() < until) {
+        await new Promise((res) => setTimeout(res, 250));
+        r = await runQuiet(BIN, ['--lock', this.lock, 'status'], this.env);
+      }
+      if (r === 0) this.error(`the lock ${this.lock} is still held 4 s after every participant stopped`);
     } catch (e) {
       this.error(`status: ${e.message}`);
     }
