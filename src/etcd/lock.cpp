@@ -18,6 +18,7 @@
 
 #include "etcd/client.hpp"
 #include "etcd/record.hpp"
+#include "etcd/same_machine.hpp"
 #include "etcd/view.hpp"
 #include "inherit.hpp"
 #include "offload_lock/slots.hpp"
@@ -129,6 +130,10 @@ result<wanted> want(const lock_options& o) {
   w.waiting = h;
   w.waiting.pid = sys::self_pid();
   w.waiting.token.clear();
+  // Who the holder and the waiter are, for a waiter on this machine
+  // (same_machine.hpp).
+  stamp_here(h);
+  stamp_here(w.waiting);
   return w;
 }
 
@@ -154,7 +159,7 @@ class acquisition {
   result<std::shared_ptr<hold>> run();
 
  private:
-  enum class woke { changed, timeout, cancelled, lease_gone, trouble };
+  enum class woke { changed, timeout, cancelled, lease_gone, trouble, holder_exited };
 
   error begin();
   error enqueue();
@@ -162,6 +167,8 @@ class acquisition {
   std::optional<std::int64_t> my_position(const lock_view& v) const;
   woke wait_for(const std::string& key, std::int64_t from, std::int64_t timeout);
   woke keep_lease();
+  woke stopped() const;
+  bool take_from_dead(const key_value& holder);
   void trouble(const error& e);
   void report(const lock_view& v);
 
@@ -176,6 +183,13 @@ class acquisition {
   bool said_trouble_ = false, said_requeue_ = false;
   int position_ = 0;
   lock_view last_;
+  // The one ahead on this machine, watched for its exit: its key's create
+  // revision, a pidfd readable once it exits, and when it was first seen
+  // exited (a zombie; monotonic ms).
+  std::int64_t judged_rev_ = 0, exited_at_ = 0, take_failed_rev_ = 0;
+  sys::fd holder_exit_;
+  // What ends a wait early: the caller's cancel descriptors, and that pidfd.
+  std::vector<int> wake_fds_;
 };
 
 error acquisition::begin() {
@@ -248,6 +262,23 @@ acquisition::woke acquisition::keep_lease() {
   return woke::timeout;
 }
 
+// A wait ended by one of wake_fds_: the caller's cancel, or else the exit
+// of the holder watched on this machine.
+acquisition::woke acquisition::stopped() const {
+  return sys::wait_any(w_.cancel, 0) >= 0 || !holder_exit_.valid() ? woke::cancelled : woke::holder_exited;
+}
+
+// The holder judged gone on this machine (same_machine.hpp): its key is
+// deleted if it is still that very key, with the value judged. The lease
+// is left to lapse (it held nothing else). False when the key changed
+// meanwhile or etcd could not be asked: the caller looks again.
+bool acquisition::take_from_dead(const key_value& holder) {
+  auto t = c_.txn({{holder.key, compare::field::create, compare::op::equal, holder.create_revision},
+                   {holder.key, compare::field::mod, compare::op::equal, holder.mod_revision}},
+                  {{txn_op::kind::del, holder.key, "", 0, false}}, {}, call_bounds(c_, w_.cancel));
+  return t && t->succeeded;
+}
+
 // Waits up to `timeout` ms (-1: none) for `key` to change after revision
 // `from - 1`, keeping the lease alive meanwhile.
 acquisition::woke acquisition::wait_for(const std::string& key, std::int64_t from, std::int64_t timeout) {
@@ -266,29 +297,32 @@ acquisition::woke acquisition::wait_for(const std::string& key, std::int64_t fro
       if (k == woke::cancelled || k == woke::lease_gone) return k;
       if (k == woke::trouble) {
         // Paused a little: the member may be back by then.
-        if (sys::wait_any(w_.cancel, left(next_ka_)) >= 0) return woke::cancelled;
+        if (sys::wait_any(wake_fds_, left(next_ka_)) >= 0) return stopped();
         if (sys::monotonic_ms() >= valid_until_) return woke::lease_gone;
         continue;
       }
     }
     const std::int64_t until = lease_ ? next_ka_ : sys::monotonic_ms() + 60'000;
     if (!watch_) {
-      auto made = c_.watch(key, false, from, {sys::monotonic_ms() + left(until) + per_member_ms, w_.cancel});
+      auto made = c_.watch(key, false, from, {sys::monotonic_ms() + left(until) + per_member_ms, wake_fds_});
       if (!made) {
-        if (made.error() == errc::cancelled) return woke::cancelled;
+        if (made.error() == errc::cancelled) return stopped();
         // A start revision compacted away: something changed; look again.
         if (made.error().code() == std::errc::no_such_file_or_directory) return woke::changed;
         trouble(made.error());
-        if (sys::wait_any(w_.cancel, std::min<std::int64_t>(retry_ms, left(until))) >= 0) return woke::cancelled;
+        if (sys::wait_any(wake_fds_, std::min<std::int64_t>(retry_ms, left(until))) >= 0) return stopped();
         return woke::trouble;
       }
       said_trouble_ = false;
       watch_ = std::move(*made);
       watched_key_ = key;
     }
-    auto ev = watch_->next({sys::monotonic_ms() + left(until), w_.cancel});
+    auto ev = watch_->next({sys::monotonic_ms() + left(until), wake_fds_});
     if (!ev) {
-      if (ev.error() == errc::cancelled) return woke::cancelled;
+      if (ev.error() == errc::cancelled) {
+        watch_.reset();
+        return stopped();
+      }
       watch_.reset();
       trouble(ev.error());
       return woke::trouble;
@@ -409,6 +443,52 @@ result<std::shared_ptr<hold>> acquisition::run() {
       // Still first with nobody holding: someone came or left meanwhile; try again.
       continue;
     }
+    // The one ahead (the holder when first, else the waiter just before)
+    // on this machine: its exit is seen at once, not when its lease lapses
+    // (same_machine.hpp).
+    std::int64_t grace_left = -1;
+    const entry* ahead_of_me = nullptr;
+    if (!first) ahead_of_me = &last_.queue[static_cast<std::size_t>(*at) - 1];
+    else if (last_.holder && !holder_gone) ahead_of_me = &*last_.holder;
+    if (ahead_of_me) {
+      const entry& h = *ahead_of_me;
+      if (h.kv.create_revision != judged_rev_) {
+        judged_rev_ = h.kv.create_revision;
+        exited_at_ = 0;
+        holder_exit_.reset();
+      }
+      fate f = judge_here(h.rec);
+      if (f == fate::alive && !holder_exit_.valid()) {
+        // Opened, then judged again: the pidfd is surely of the process
+        // judged, not of one that took its pid since.
+        holder_exit_ = sys::open_pid(h.rec.pid);
+        f = judge_here(h.rec);
+      }
+      if (f != fate::alive) holder_exit_.reset();
+      if (f == fate::exited) {
+        // A holder's keeper may still be releasing it (`run` releases
+        // while its CMD is a zombie): given exited_grace_ms to. (A waiter
+        // keeps its own entry: exited, it is judged gone.)
+        const std::int64_t now = sys::monotonic_ms();
+        if (exited_at_ == 0) exited_at_ = now;
+        grace_left = exited_at_ + exited_grace_ms - now;
+        if (grace_left <= 0) f = fate::gone;
+      }
+      if (f == fate::gone && take_failed_rev_ != judged_rev_) {
+        // Deleted if it is still that key: a holder's then claimed as a
+        // released one, a waiter's leaves the line; else (changed, or etcd
+        // not answering) looked at again, and waited for as any other if
+        // it is still there: tried once per key, never a spin.
+        if (take_from_dead(h.kv)) {
+          if (first) holder_gone = true;
+          else look_again = true;
+        } else {
+          take_failed_rev_ = judged_rev_;
+          look_again = true;
+        }
+        continue;
+      }
+    }
     if (w_.until.trying() || w_.until.expired()) {
       leave();
       return error(w_.until.trying() ? errc::busy : errc::timed_out, w_.a.url());
@@ -417,8 +497,11 @@ result<std::shared_ptr<hold>> acquisition::run() {
     std::string ahead = w_.a.holder_key();
     if (!first) ahead = last_.queue[static_cast<std::size_t>(*at) - 1].kv.key;
     report(last_);
+    wake_fds_ = w_.cancel;
+    if (holder_exit_.valid()) wake_fds_.push_back(holder_exit_.get());
     woke why = woke::timeout;
-    const auto wake = report_.wait_ticking(w_.until.left(), [&](std::int64_t t) {
+    const auto wake = report_.wait_ticking(grace_left >= 0 ? w_.until.clamp(grace_left) : w_.until.left(),
+                                           [&](std::int64_t t) {
       why = wait_for(ahead, last_.revision + 1, t);
       switch (why) {
         case woke::timeout: return sys::watcher::wake::timeout;
@@ -428,6 +511,11 @@ result<std::shared_ptr<hold>> acquisition::run() {
     });
     churn.waited();
     if (wake == sys::watcher::wake::extra_fd) break;
+    if (why == woke::holder_exited) {
+      // Judged again at once, on what was read: no look needed.
+      holder_exit_.reset();
+      continue;
+    }
     if (why == woke::changed && first && ahead == w_.a.holder_key()) {
       // Released (or replaced): try at once; the transaction's own reply
       // says whether to look again.
@@ -606,8 +694,11 @@ void hold::run() {
     for (const auto& e : **ev) {
       watch_from = std::max(watch_from, e.kv.mod_revision + 1);
       if (e.kv.key == holder) {
-        // Deleted, or put by anyone but this acquisition: not ours.
-        lose(url_);
+        // Deleted, or put by anyone but this acquisition: not ours. Unless
+        // the recorded holder has exited (CMD ended, the release is on its
+        // way): a waiter on this machine took it from the exited holder,
+        // which is no loss to it.
+        if (!(e.deleted && holder_exited())) lose(url_);
         return;
       }
       if (!e.deleted && e.kv.key.compare(0, queue.size(), queue) == 0 && on_yield_) {
@@ -639,8 +730,17 @@ error hold::finish() {
     return error(t.error().code(), url_ + ": release: " + t.error().context() +
                                        "; the lock frees itself when its lease lapses, within " +
                                        describe_duration(milliseconds(ttl_ms_)));
-  if (!t->succeeded || lost_) return error(errc::lost, url_);
+  if (lost_) return error(errc::lost, url_);
+  // Gone already: taken from the recorded holder once it exited (by a
+  // waiter on this machine, same_machine.hpp), which is no loss.
+  if (!t->succeeded && !holder_exited()) return error(errc::lost, url_);
   return {};
+}
+
+bool hold::holder_exited() const {
+  if (pid_ == sys::self_pid()) return false;
+  const sys::liveness l = sys::probe(pid_);
+  return l == sys::liveness::dead || l == sys::liveness::zombie;
 }
 
 error hold::release() {

@@ -82,6 +82,16 @@ std::string encode(const record& r) {
   if (r.max_hold_ms > 0) j["maxHoldMs"] = r.max_hold_ms;
   if (r.can_yield) j["canYield"] = true;
   j["tool"] = r.tool;
+  if (r.proc_ticks > 0) {
+    j["bootId"] = r.boot_id;
+    j["pidNs"] = r.pid_ns;
+    j["timeNs"] = r.time_ns;
+    j["procTicks"] = r.proc_ticks;
+    if (r.keeper_ticks > 0) {
+      j["keeperPid"] = r.keeper_pid;
+      j["keeperTicks"] = r.keeper_ticks;
+    }
+  }
   // Labels are the caller's bytes: invalid UTF-8 is replaced rather than
   // made a JSON error.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -112,6 +122,12 @@ record decode(std::string_view value) {
   rd.number("maxHoldMs", r.max_hold_ms, 0, max_duration_ms);
   rd.flag("canYield", r.can_yield);
   rd.text("tool", r.tool, 128);
+  rd.text("bootId", r.boot_id, 64);
+  rd.number("pidNs", r.pid_ns, 0, INT64_MAX);
+  rd.number("timeNs", r.time_ns, 0, INT64_MAX);
+  rd.number("procTicks", r.proc_ticks, 0, INT64_MAX);
+  rd.number("keeperPid", r.keeper_pid, 0, 2147483647);
+  rd.number("keeperTicks", r.keeper_ticks, 0, INT64_MAX);
   if (rd.problem.empty() && !r.token.empty() && !valid_token(r.token)) rd.problem = "token has characters a token never has";
   if (!rd.problem.empty()) {
     record bad;

@@ -24,6 +24,15 @@ struct record {
   std::int64_t expect_ms = 0;    // declared duration; 0: undeclared
   std::int64_t max_hold_ms = 0;  // 0: none
   bool can_yield = false;
+  // Who the pid is, for a reader on the same machine (a holder's record
+  // only): the boot, the pid and time namespaces it is counted in, and its
+  // start in clock ticks since boot (/proc/<pid>/stat). Empty and 0 when
+  // unknown; a reader judges the pid only when all are its own.
+  std::string boot_id;
+  std::int64_t pid_ns = 0, time_ns = 0, proc_ticks = 0;
+  // And the process that took the lock and keeps its lease (`run`, the
+  // library's caller), the same way; 0 when unknown.
+  std::int64_t keeper_pid = 0, keeper_ticks = 0;
   // Why the value could not be read as a record ("not JSON", "pid is not a
   // number" ...); the fields above are then their defaults. The key still
   // counts: a holder's unreadable record still holds the lock.

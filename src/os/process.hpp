@@ -34,6 +34,10 @@ std::optional<proc_start> start_of(std::int64_t pid);
 // The inode of this process's pid namespace (/proc/self/ns/pid), read once;
 // nullopt when it cannot be read.
 std::optional<std::uint64_t> pid_namespace();
+// The inode of this process's time namespace (/proc/self/ns/time), read
+// once; nullopt when it cannot be read (a kernel without them). Start ticks
+// read from /proc are shifted by the reader's time namespace.
+std::optional<std::uint64_t> time_namespace();
 // Whether /proc shows this pid namespace: /proc/self names getpid(). False in
 // a pid namespace that kept its parent's /proc (`unshare --pid --fork`
 // without --mount-proc, a container that sees the host's /proc).

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "os/files.hpp"
+
 namespace offload_lock::detail::sys {
 
 class watcher {
@@ -77,6 +79,11 @@ class watcher {
   bool pidfd_ok_ = true;
   std::vector<item> items_;
 };
+
+// A pidfd of process `pid` (close-on-exec), readable once it exits; an
+// invalid fd without pidfd or when the process is gone already. For a wait
+// that also waits on something else (an etcd watch's cancel descriptors).
+fd open_pid(std::int64_t pid);
 
 }  // namespace offload_lock::detail::sys
 

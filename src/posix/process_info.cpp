@@ -170,6 +170,15 @@ std::optional<std::uint64_t> pid_namespace() {
   return ns;
 }
 
+std::optional<std::uint64_t> time_namespace() {
+  static const std::optional<std::uint64_t> ns = []() -> std::optional<std::uint64_t> {
+    struct stat st {};
+    if (calls.fstatat(AT_FDCWD, "/proc/self/ns/time", &st, 0) != 0) return std::nullopt;
+    return static_cast<std::uint64_t>(st.st_ino);
+  }();
+  return ns;
+}
+
 bool proc_is_own() {
   // Per pid, so that a child forked into a new pid namespace asks again.
   static std::atomic<std::int64_t> answered_for{0};

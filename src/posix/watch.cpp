@@ -173,6 +173,11 @@ int watcher::watch_pid(std::int64_t pid) {
   return items_.back().id;
 }
 
+fd open_pid(std::int64_t pid) {
+  if (!feature_enabled(feature::pidfd) || !valid_pid(pid)) return fd();
+  return fd(calls.pidfd_open(static_cast<pid_t>(pid), 0));
+}
+
 int watcher::watch_readable(int f) {
   if (f < 0) return -1;
   item it;

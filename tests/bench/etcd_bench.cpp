@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -194,13 +195,19 @@ summary handoff(const cluster& c, const tool& t, const std::string& dir, const s
 }
 
 // Crash takeover: the holder (the tool's process) is SIGKILLed; the
-// waiter's CMD stamps as it starts. Its lease's TTL is `ttl_s`.
-summary takeover(const cluster& c, const tool& t, const std::string& stamp, int rounds, int ttl_s) {
+// waiter's CMD stamps as it starts. Its lease's TTL is `ttl_s`. With
+// `elsewhere`, the holder runs on a host of its own name (a UTS namespace),
+// so nothing of it can be judged but its lease.
+summary takeover(const cluster& c, const tool& t, const std::string& stamp, int rounds, int ttl_s,
+                 bool elsewhere = false) {
   std::vector<double> ms;
   for (int r = 0; r < rounds; ++r) {
     const std::string name = "tk-" + t.label + "-" + std::to_string(r);
     // CMD says its pid: etcdctl's CMD outlives etcdctl, and is killed after.
-    child holder(t.cmd(name, {"sh", "-c", "echo held $$; exec sleep 60"}, ttl_s), {false, true, false});
+    std::vector<std::string> argv = t.cmd(name, {"sh", "-c", "echo held $$; exec sleep 60"}, ttl_s);
+    if (elsewhere)
+      argv.insert(argv.begin(), {"/usr/bin/unshare", "-u", "sh", "-c", "hostname olt-elsewhere && exec \"$0\" \"$@\""});
+    child holder(argv, {false, true, false});
     const std::string held = holder.expect("held", 30'000, t.label + " holder");
     const pid_t cmd = static_cast<pid_t>(std::stol(held.substr(5)));
     child waiter(t.cmd(name, {stamp}, ttl_s), {false, true, false});
@@ -411,23 +418,39 @@ result run(const context& cx) {
     const int ttl = 2;
     const summary tk_ours = takeover(c, ours, cx.stamp, tk_rounds, ttl);
     const summary tk_theirs = takeover(c, theirs, cx.stamp, tk_rounds, ttl);
+    // The holder on another host: judged by its lease alone (needs root
+    // for the UTS namespace).
+    std::optional<summary> tk_far;
+    if (::geteuid() == 0) tk_far = takeover(c, ours, cx.stamp, tk_rounds, ttl, true);
     say("  one etcd member on loopback, data in " + data + "\n");
     say("  | measurement | offload-lock | etcdctl lock | ratio |\n  |---|---|---|---|\n");
     say("  | handoff, `... -- CMD` to `... -- CMD`, p50 / max ms (" + std::to_string(rounds) + " rounds) | " +
         row(ho_ours) + " | " + row(ho_theirs) + " | " + fmt(ho_ours.p50 / ho_theirs.p50, 2) + "x |\n");
-    say("  | crash takeover, holder SIGKILLed, TTL 2 s, p50 / max ms (" + std::to_string(tk_rounds) + " rounds) | " +
-        row(tk_ours) + " | " + row(tk_theirs) + " | " + fmt(tk_ours.p50 / tk_theirs.p50, 2) + "x |\n");
+    say("  | crash takeover, holder SIGKILLed on the waiter's machine, TTL 2 s, p50 / max ms (" +
+        std::to_string(tk_rounds) + " rounds) | " + row(tk_ours) + " | " + row(tk_theirs) + " | " +
+        fmt(tk_ours.p50 / tk_theirs.p50, 2) + "x |\n");
+    if (tk_far)
+      say("  | crash takeover, holder SIGKILLed on another host, TTL 2 s, p50 / max ms (" +
+          std::to_string(tk_rounds) + " rounds) | " + row(*tk_far) + " | " + row(tk_theirs) + " | " +
+          fmt(tk_far->p50 / tk_theirs.p50, 2) + "x |\n");
+    else
+      say("  | crash takeover, holder on another host | not run: the UTS namespace needs root | | |\n");
     j["handoff_ms"] = {{"offload_lock", {{"p50", ho_ours.p50}, {"p99", ho_ours.p99}, {"max", ho_ours.max}}},
                        {"etcdctl", {{"p50", ho_theirs.p50}, {"p99", ho_theirs.p99}, {"max", ho_theirs.max}}}};
     j["takeover_ms"] = {{"ttl_ms", ttl * 1000},
                         {"offload_lock", {{"p50", tk_ours.p50}, {"max", tk_ours.max}}},
                         {"etcdctl", {{"p50", tk_theirs.p50}, {"max", tk_theirs.max}}}};
+    if (tk_far) j["takeover_ms"]["offload_lock_other_host"] = {{"p50", tk_far->p50}, {"max", tk_far->max}};
     say(std::string("  goal: handoff p50 no slower than etcdctl lock's: ") +
         (ho_ours.p50 <= ho_theirs.p50 ? "held" : "not held") + " (" + fmt(ho_ours.p50, 1) + " vs " +
         fmt(ho_theirs.p50, 1) + " ms)\n");
-    say(std::string("  goal: crash takeover <= TTL + 100 ms (2100 ms): ") +
+    say(std::string("  goal: crash takeover <= TTL + 100 ms (2100 ms), holder on the waiter's machine: ") +
         (tk_ours.max <= ttl * 1000 + 100 ? "held" : "not held") + " (max " + fmt(tk_ours.max, 0) + " ms, p50 " +
         fmt(tk_ours.p50, 0) + " ms)\n");
+    if (tk_far)
+      say(std::string("  goal: crash takeover <= TTL + 100 ms (2100 ms), holder on another host: ") +
+          (tk_far->max <= ttl * 1000 + 100 ? "held" : "not held") + " (max " + fmt(tk_far->max, 0) + " ms, p50 " +
+          fmt(tk_far->p50, 0) + " ms; etcd looks for expired leases every 500 ms)\n");
 
     // The fleet: 100 hosts published, status --fleet read whole.
     {
