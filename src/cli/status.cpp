@@ -33,42 +33,68 @@ namespace {
 
 constexpr auto gpu_usage_every = std::chrono::seconds(5);
 
-// `status --watch` of an etcd lock: woken by a watch on the lock's keys
-// (holder and queue), not by the file system.
-int watch_etcd_status(const args& a, const gpu_plan& gpus, const std::string& path, int signals) {
-  const bool tty = os::terminal_width(os::standard_output) > 0;
-  std::string last_shape, last_text;
-  bool first = true;
-  // Read before each look: a change after it wakes the wait below.
-  std::int64_t seen = detail::etcd::current_revision(path);
-  for (;;) {
-    board b = look(a, gpus, path, std::nullopt);
+// What --watch shows of each look: with --json a stream, one status
+// object a line per change; as text, redrawn in place on a terminal when it
+// changed (every second, for the durations), else printed again on each
+// change. Escaped as every line for a terminal is.
+class watch_view {
+ public:
+  watch_view(const args& a, std::string path)
+      : a_(a), path_(std::move(path)), tty_(os::terminal_width(os::standard_output) > 0) {}
+
+  void show(const board& b) {
     const std::string shape = shape_of(b) + b.problem;
-    if (a.json) {
-      if (first || shape != last_shape) {
-        ojson j = board_json(b, a);
+    if (a_.json) {
+      if (first_ || shape != last_shape_) {
+        ojson j = board_json(b, a_);
         if (!b.problem.empty()) j["error"] = b.problem;
         std::cout << dump(j) << "\n" << std::flush;
       }
     } else {
-      std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + printable(b.problem) + "\n";
-      if (tty) {
-        if (text != last_text) std::cout << "\x1b[H\x1b[2J" << text << printable("(watching " + path + "; Ctrl-C ends)") << std::flush;
-      } else if (first || shape != last_shape) {
-        std::cout << (first ? "" : "\n") << text << std::flush;
+      const std::string text = b.problem.empty() ? render(b, a_) : "offload-lock: " + printable(b.problem) + "\n";
+      if (tty_) {
+        if (text != last_text_)
+          std::cout << "\x1b[H\x1b[2J" << text << printable("(watching " + path_ + "; Ctrl-C ends)") << std::flush;
+      } else if (first_ || shape != last_shape_) {
+        std::cout << (first_ ? "" : "\n") << text << std::flush;
       }
-      last_text = text;
+      last_text_ = text;
     }
-    first = false;
-    last_shape = shape;
-    // Redrawn every second on a terminal (the durations move), else on a
-    // change; an etcd that cannot be reached is looked at again after a
-    // pause inside wait_change.
-    const milliseconds wait = tty && !a.json ? milliseconds(1000) : milliseconds(60'000);
-    seen = detail::etcd::wait_change(path, seen, wait, {signals});
+    first_ = false;
+    last_shape_ = shape;
+  }
+
+  // The longest wait before the next look: a second on a terminal (the
+  // durations move), else a minute (a change wakes it sooner).
+  std::int64_t redraw_ms() const { return tty_ && !a_.json ? 1000 : 60'000; }
+
+  // The cursor left below the board.
+  void end() const {
+    if (tty_ && !a_.json) std::cout << "\n" << std::flush;
+  }
+
+ private:
+  const args& a_;
+  const std::string path_;
+  const bool tty_;
+  std::string last_shape_, last_text_;
+  bool first_ = true;
+};
+
+// `status --watch` of an etcd lock: woken by a watch on the lock's keys
+// (holder and queue), not by the file system.
+int watch_etcd_status(const args& a, const gpu_plan& gpus, const std::string& path, int signals) {
+  watch_view view(a, path);
+  // Read before each look: a change after it wakes the wait below.
+  std::int64_t seen = detail::etcd::current_revision(path);
+  for (;;) {
+    view.show(look(a, gpus, path, std::nullopt));
+    // An etcd that cannot be reached is looked at again after a pause
+    // inside wait_change.
+    seen = detail::etcd::wait_change(path, seen, milliseconds(view.redraw_ms()), {signals});
     if (os::take_signal() != 0) break;
   }
-  if (tty && !a.json) std::cout << "\n" << std::flush;
+  view.end();
   return exit_ok;
 }
 
@@ -77,13 +103,11 @@ int watch_etcd_status(const args& a, const gpu_plan& gpus, const std::string& pa
 int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
   const int signals = os::catch_signals();
   if (is_etcd_lock(path)) return watch_etcd_status(a, gpus, path, signals);
-  const bool tty = os::terminal_width(os::standard_output) > 0;
+  watch_view view(a, path);
   // Wake on the lock (or a slot) appearing, going or being replaced in its
   // parent, and a waiter registering or leaving; and below, on a holder or a
   // waiter dying.
   change_watch feed(path);
-  std::string last_shape, last_text;
-  bool first = true;
   // nvidia-smi is asked again at most every few seconds, not on every redraw.
   std::optional<std::vector<gpu_device>> usage;
   std::optional<std::chrono::steady_clock::time_point> asked;
@@ -99,27 +123,9 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
       if (os::take_signal() != 0) break;
     }
     board b = look(a, gpus, path, usage);
-    const std::string shape = shape_of(b) + b.problem;
-    if (a.json) {
-      // A stream: one line per change, each line the --json status object.
-      if (first || shape != last_shape) {
-        ojson j = board_json(b, a);
-        if (!b.problem.empty()) j["error"] = b.problem;
-        std::cout << dump(j) << "\n" << std::flush;
-      }
-    } else {
-      std::string text = b.problem.empty() ? render(b, a) : "offload-lock: " + b.problem + "\n";
-      if (tty) {
-        if (text != last_text) std::cout << "\x1b[H\x1b[2J" << text << "(watching " << path << "; Ctrl-C ends)" << std::flush;
-      } else if (first || shape != last_shape) {
-        std::cout << (first ? "" : "\n") << text << std::flush;
-      }
-      last_text = text;
-    }
-    first = false;
-    last_shape = shape;
+    view.show(b);
     std::vector<std::int64_t> pids;
-    std::int64_t timeout = tty && !a.json ? 1000 : 60'000;
+    std::int64_t timeout = view.redraw_ms();
     for (const auto& i : b.slots) {
       if (i.held && i.pid) pids.push_back(*i.pid);
       // A held lock turns stale at the TTL; a present, not-held one may be
@@ -139,7 +145,7 @@ int watch_status(const args& a, const gpu_plan& gpus, const std::string& path) {
     if (lease.drain()) continue;  // the lease's directory changed: look again
     if (!changed && os::take_signal() != 0) break;
   }
-  if (tty && !a.json) std::cout << "\n" << std::flush;
+  view.end();
   return exit_ok;
 }
 

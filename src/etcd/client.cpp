@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -34,32 +36,23 @@ error malformed(const endpoint& ep, const std::string& what) {
 }
 
 // A 64-bit number as the gateway writes it (a string of digits), or as a
-// JSON number; absent is 0 (the gateway leaves out zero values).
-bool number_at(const json& j, const char* name, std::int64_t& out) {
+// JSON number; absent is 0 (the gateway leaves out zero values). Signed for
+// revisions and leases, unsigned for member and cluster ids (random, often
+// above INT64_MAX); one out of its type's range is malformed.
+template <class T>
+bool number_at(const json& j, const char* name, T& out) {
+  static_assert(std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t>);
   out = 0;
   if (!j.is_object()) return false;
   auto it = j.find(name);
   if (it == j.end() || it->is_null()) return true;
   if (it->is_number_integer()) {
-    out = it->get<std::int64_t>();
-    return true;
-  }
-  if (!it->is_string()) return false;
-  const std::string& s = it->get_ref<const std::string&>();
-  if (s.empty() || s.size() > 20) return false;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), out);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
-
-// The same for the unsigned 64-bit numbers (member and cluster ids, which
-// are random and often above INT64_MAX).
-bool unsigned_at(const json& j, const char* name, std::uint64_t& out) {
-  out = 0;
-  if (!j.is_object()) return false;
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return true;
-  if (it->is_number_unsigned()) {
-    out = it->get<std::uint64_t>();
+    if constexpr (std::is_signed_v<T>) {
+      if (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(INT64_MAX)) return false;
+    } else if (!it->is_number_unsigned()) {
+      return false;
+    }
+    out = it->get<T>();
     return true;
   }
   if (!it->is_string()) return false;
@@ -391,8 +384,8 @@ result<client::member_status> client::status(const sys::net_bounds& b) {
   json j = json::parse(*body, nullptr, false);
   member_status s;
   s.where = current();
-  if (!j.is_object() || !unsigned_at(j, "leader", s.leader) || !j.contains("header") ||
-      !unsigned_at(j["header"], "member_id", s.member) || !unsigned_at(j["header"], "raft_term", s.raft_term))
+  if (!j.is_object() || !number_at(j, "leader", s.leader) || !j.contains("header") ||
+      !number_at(j["header"], "member_id", s.member) || !number_at(j["header"], "raft_term", s.raft_term))
     return malformed(current(), "status");
   if (j.contains("version") && j["version"].is_string()) s.version = j["version"].get<std::string>().substr(0, 40);
   return s;

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
@@ -47,6 +48,24 @@ std::vector<int> free_ports(int n) {
 }
 
 int free_port() { return free_ports(1).front(); }
+
+nlohmann::json acquired(child& h) {
+  auto line = h.read_line(30s);
+  REQUIRE(line);
+  REQUIRE(line->rfind("acquired ", 0) == 0);
+  return nlohmann::json::parse(line->substr(9));
+}
+
+etcd::client client_of(const etcd_cluster& c) {
+  std::vector<etcd::endpoint> eps;
+  for (int k = 0; k < c.size(); ++k) {
+    const std::string ep = c.endpoint(k);
+    eps.push_back({"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)))});
+  }
+  return etcd::client(eps);
+}
+
+offload_lock::detail::sys::net_bounds soon() { return {offload_lock::detail::sys::monotonic_ms() + 5000, {}}; }
 
 struct etcd_cluster::member {
   std::string name;

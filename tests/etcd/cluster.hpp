@@ -10,7 +10,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "etcd/client.hpp"
+#include "os/net.hpp"
 #include "support.hpp"
+
+// A case that needs etcd is not run on a machine without it.
+#define ETCD_OR_SKIP() \
+  if (!olt::etcd_exe()) OLT_NOT_RUN("no etcd server on this machine (scripts/setup installs etcd-server)")
 
 namespace olt {
 
@@ -64,6 +72,13 @@ int waiting_count(const etcd_cluster& c, const std::string& name);
 // A counter from a member's /metrics (GET, over the loopback), -1 when it
 // cannot be read.
 long long etcd_metric(const etcd_cluster& c, int member, const std::string& name);
+
+// The JSON object of a hold's first line, "acquired {...}" (REQUIREd).
+nlohmann::json acquired(child& h);
+// The library's etcd client for every member of `c`.
+offload_lock::detail::etcd::client client_of(const etcd_cluster& c);
+// Bounds of one request: five seconds from now.
+offload_lock::detail::sys::net_bounds soon();
 
 // An unused loopback TCP port (bound and let go; taken before anyone else
 // on a test machine in practice).

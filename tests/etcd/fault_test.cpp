@@ -15,28 +15,7 @@ using namespace olt;
 using json = nlohmann::json;
 namespace etcd = offload_lock::detail::etcd;
 
-#define ETCD_OR_SKIP() \
-  if (!etcd_exe()) OLT_NOT_RUN("no etcd server on this machine (scripts/setup installs etcd-server)")
-
 namespace {
-
-json acquired(child& h) {
-  auto line = h.read_line(30s);
-  REQUIRE(line);
-  REQUIRE(line->rfind("acquired ", 0) == 0);
-  return json::parse(line->substr(9));
-}
-
-etcd::client client_of(const etcd_cluster& c) {
-  std::vector<etcd::endpoint> eps;
-  for (int k = 0; k < c.size(); ++k) {
-    const std::string ep = c.endpoint(k);
-    eps.push_back({"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)))});
-  }
-  return etcd::client(eps);
-}
-
-offload_lock::detail::sys::net_bounds soon() { return {offload_lock::detail::sys::monotonic_ms() + 5000, {}}; }
 
 std::size_t count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;

@@ -24,32 +24,6 @@ using json = nlohmann::json;
 namespace ol = offload_lock;
 namespace etcd = offload_lock::detail::etcd;
 
-#define ETCD_OR_SKIP() \
-  if (!etcd_exe()) OLT_NOT_RUN("no etcd server on this machine (scripts/setup installs etcd-server)")
-
-namespace {
-
-// "acquired {...}": the JSON object of a hold's first line.
-json acquired(child& h) {
-  auto line = h.read_line(30s);
-  REQUIRE(line);
-  REQUIRE(line->rfind("acquired ", 0) == 0);
-  return json::parse(line->substr(9));
-}
-
-etcd::client client_of(const etcd_cluster& c) {
-  std::vector<etcd::endpoint> eps;
-  for (int k = 0; k < c.size(); ++k) {
-    const std::string ep = c.endpoint(k);
-    eps.push_back({"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)))});
-  }
-  return etcd::client(eps);
-}
-
-offload_lock::detail::sys::net_bounds soon() { return {offload_lock::detail::sys::monotonic_ms() + 5000, {}}; }
-
-}  // namespace
-
 TEST_CASE("etcd lock: run, hold and status as for a local lock, with a fencing token", "[etcd]") {
   ETCD_OR_SKIP();
   etcd_cluster c;
