@@ -161,21 +161,24 @@ std::optional<proc_start> start_of(std::int64_t pid) {
   return out;
 }
 
+namespace {
+
+// The inode of one of this process's namespaces (/proc/self/ns/<kind>).
+std::optional<std::uint64_t> namespace_inode(const char* path) {
+  struct stat st {};
+  if (calls.fstatat(AT_FDCWD, path, &st, 0) != 0) return std::nullopt;
+  return static_cast<std::uint64_t>(st.st_ino);
+}
+
+}  // namespace
+
 std::optional<std::uint64_t> pid_namespace() {
-  static const std::optional<std::uint64_t> ns = []() -> std::optional<std::uint64_t> {
-    struct stat st {};
-    if (calls.fstatat(AT_FDCWD, "/proc/self/ns/pid", &st, 0) != 0) return std::nullopt;
-    return static_cast<std::uint64_t>(st.st_ino);
-  }();
+  static const std::optional<std::uint64_t> ns = namespace_inode("/proc/self/ns/pid");
   return ns;
 }
 
 std::optional<std::uint64_t> time_namespace() {
-  static const std::optional<std::uint64_t> ns = []() -> std::optional<std::uint64_t> {
-    struct stat st {};
-    if (calls.fstatat(AT_FDCWD, "/proc/self/ns/time", &st, 0) != 0) return std::nullopt;
-    return static_cast<std::uint64_t>(st.st_ino);
-  }();
+  static const std::optional<std::uint64_t> ns = namespace_inode("/proc/self/ns/time");
   return ns;
 }
 
