@@ -371,6 +371,20 @@ result<std::int64_t> client::keep_alive(std::int64_t id, const sys::net_bounds& 
   return std::max<std::int64_t>(0, ttl);
 }
 
+result<client::lease_left> client::time_to_live(std::int64_t id, const sys::net_bounds& b) {
+  json req = {{"ID", to_string_i64(id)}};
+  auto body = call("/v3/lease/timetolive", req.dump(), b);
+  if (!body) return body.error();
+  // {"ID":..., "TTL":"N", "grantedTTL":"G"}: a 0 is left out, and a lease
+  // that is gone has "TTL":"-1".
+  json j = json::parse(*body, nullptr, false);
+  lease_left l;
+  if (!number_at(j, "TTL", l.remaining_s) || !number_at(j, "grantedTTL", l.granted_s) || l.remaining_s < -1 ||
+      l.granted_s < 0 || (l.remaining_s >= 0 && l.granted_s == 0))
+    return malformed(current(), "lease time-to-live");
+  return l;
+}
+
 error client::revoke(std::int64_t id, const sys::net_bounds& b) {
   json req = {{"ID", to_string_i64(id)}};
   auto body = call("/v3/lease/revoke", req.dump(), b);

@@ -125,6 +125,12 @@ class client {
   // The lease's TTL after the renewal; 0 when etcd has no such lease (it
   // expired, or was revoked).
   result<std::int64_t> keep_alive(std::int64_t id, const sys::net_bounds& b);
+  // What etcd's leader says a lease has left, in whole seconds cut toward
+  // zero (-1: no such lease), and the TTL it was granted.
+  struct lease_left {
+    std::int64_t remaining_s = 0, granted_s = 0;
+  };
+  result<lease_left> time_to_live(std::int64_t id, const sys::net_bounds& b);
   // A lease that does not exist any more is no error.
   error revoke(std::int64_t id, const sys::net_bounds& b);
   // A watch on `key` (with `prefix`, every key under it) from revision

@@ -1,9 +1,11 @@
-// The pure parts of etcd locks: URLs, base64 as the gateway writes it, and
-// records read as untrusted values.
+// The pure parts of etcd locks: URLs, base64 as the gateway writes it,
+// records read as untrusted values, and the reckoning of another's lease's
+// expiry.
 #include <catch2/catch.hpp>
 
 #include "etcd/address.hpp"
 #include "etcd/client.hpp"
+#include "etcd/expiry.hpp"
 #include "etcd/record.hpp"
 
 namespace etcd = offload_lock::detail::etcd;
@@ -93,5 +95,68 @@ TEST_CASE("a record written is read back, and a hostile value is unreadable, nev
     CHECK(h.pid == 0);
     CHECK(h.label.empty());
     CHECK(h.priority == 0);
+  }
+}
+
+TEST_CASE("another's lease counts as expired only after a chain of zero readings a second long, none renewed",
+          "[etcd][unit]") {
+  // Readings every 50 ms that take 2 ms each; the lease was granted 2 s.
+  auto read = [](etcd::expiry_reckoner& r, std::int64_t at, std::int64_t left, std::int64_t granted = 2) {
+    r.saw(at, at + 2, left, granted);
+  };
+  SECTION("a lease renewed in time never expires, and is read again as it nears its end") {
+    etcd::expiry_reckoner r(7);
+    CHECK(r.lease() == 7);
+    read(r, 0, 5, 10);
+    CHECK(r.next_reading() == 4000);  // 5 s or more left: below 1 s no sooner than 4 s on
+    for (std::int64_t t = 4000; t < 20000; t += 50) {
+      read(r, t, (t / 50) % 10 == 9 ? 0 : 1);  // a 0 now and then, renewed after it
+      CHECK_FALSE(r.expired());
+      CHECK(r.next_reading() == t + 2 + etcd::expiry_poll_ms);
+    }
+  }
+  SECTION("zero readings for a second: expired, not before") {
+    etcd::expiry_reckoner r(7);
+    read(r, 0, 1);
+    std::int64_t t = 50;
+    for (; t < 1022; t += 50) {
+      read(r, t, 0);
+      CHECK_FALSE(r.expired());
+    }
+    read(r, 1072, 0);  // sent 1 s and the margin after the first one's answer (52)
+    CHECK(r.expired());
+  }
+  SECTION("a renewal inside the chain starts it again") {
+    etcd::expiry_reckoner r(7);
+    for (std::int64_t t = 0; t <= 700; t += 50) read(r, t, 0);
+    read(r, 750, 1);
+    for (std::int64_t t = 800; t <= 1500; t += 50) read(r, t, 0);
+    CHECK_FALSE(r.expired());
+    read(r, 1800, 0);
+    CHECK_FALSE(r.expired());  // sent 998 ms after the new chain's first answer (802)
+    read(r, 1850, 0);
+    CHECK(r.expired());
+  }
+  SECTION("a gap too long to have seen a renewal starts the chain again") {
+    etcd::expiry_reckoner r(7);
+    read(r, 0, 0);
+    read(r, 990, 0);  // answered 992 after the last was sent at 0: over TTL - 1 s, less the margin
+    read(r, 1100, 0);
+    CHECK_FALSE(r.expired());
+    // A longer TTL allows a longer gap: 0 then 1,100 ms later, granted 3 s.
+    etcd::expiry_reckoner longer(8);
+    read(longer, 0, 0, 3);
+    read(longer, 1100, 0, 3);
+    CHECK(longer.expired());
+  }
+  SECTION("a reading that failed breaks the chain; a lease that is gone has expired") {
+    etcd::expiry_reckoner r(7);
+    for (std::int64_t t = 0; t <= 900; t += 50) read(r, t, 0);
+    r.missed(1000);
+    CHECK(r.next_reading() == 1000);
+    read(r, 1100, 0);
+    CHECK_FALSE(r.expired());
+    read(r, 1150, -1, 0);
+    CHECK(r.expired());
   }
 }
