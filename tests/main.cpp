@@ -2,9 +2,14 @@
 // tests start as real peer processes (`offload_lock_tests --child MODE ...`).
 // A child talks to the test over stdin/stdout lines.
 #define CATCH_CONFIG_RUNNER
+#include <pthread.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "offload_lock/lock.hpp"
 
@@ -44,6 +49,20 @@ int child_hold(int argc, char** argv) {
   return 0;
 }
 
+// main-exits SECONDS: says "ready", then the main thread ends by itself
+// while another thread lives on for SECONDS: /proc shows the process as a
+// zombie all that time.
+int child_main_exits(int argc, char** argv) {
+  if (argc < 1) return 2;
+  const int seconds = std::stoi(argv[0]);
+  std::thread([seconds] {
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    std::_Exit(0);
+  }).detach();
+  std::cout << "ready" << std::endl;
+  pthread_exit(nullptr);
+}
+
 // cycle PATH N: acquire and release N times (waiting forever), then "done".
 int child_cycle(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -80,6 +99,7 @@ int main(int argc, char** argv) {
     std::string mode = argv[2];
     if (mode == "hold") return child_hold(argc - 3, argv + 3);
     if (mode == "cycle") return child_cycle(argc - 3, argv + 3);
+    if (mode == "main-exits") return child_main_exits(argc - 3, argv + 3);
     if (mode == "fault" && child_fault) return child_fault(argc - 3, argv + 3);
     if (mode == "trust" && child_trust) return child_trust(argc - 3, argv + 3);
     if (mode == "fault-sweep" && child_fault_sweep) return child_fault_sweep(argc - 3, argv + 3);

@@ -17,6 +17,7 @@
 #include <map>
 
 #include "etcd/client.hpp"
+#include "etcd/expiry.hpp"
 #include "etcd/record.hpp"
 #include "etcd/same_machine.hpp"
 #include "etcd/view.hpp"
@@ -159,7 +160,8 @@ class acquisition {
   result<std::shared_ptr<hold>> run();
 
  private:
-  enum class woke { changed, timeout, cancelled, lease_gone, trouble, holder_exited };
+  enum class woke { changed, timeout, cancelled, lease_gone, trouble, ahead_exited };
+  enum class ahead_step { wait, taken, look_again };
 
   error begin();
   error enqueue();
@@ -168,6 +170,8 @@ class acquisition {
   woke wait_for(const std::string& key, std::int64_t from, std::int64_t timeout);
   woke keep_lease();
   woke stopped() const;
+  ahead_step judge_ahead(const entry& e, std::int64_t& recheck_ms, bool& alive_here);
+  bool reckon_expiry(const entry& holder, std::int64_t& recheck_ms);
   bool take_from_dead(const key_value& holder);
   void trouble(const error& e);
   void report(const lock_view& v);
@@ -183,11 +187,16 @@ class acquisition {
   bool said_trouble_ = false, said_requeue_ = false;
   int position_ = 0;
   lock_view last_;
-  // The one ahead on this machine, watched for its exit: its key's create
-  // revision, a pidfd readable once it exits, and when it was first seen
-  // exited (a zombie; monotonic ms).
-  std::int64_t judged_rev_ = 0, exited_at_ = 0, take_failed_rev_ = 0;
-  sys::fd holder_exit_;
+  // The one ahead on this machine: its key's create revision, the process
+  // watched for its exit (the one ahead, or the keeper of one that has
+  // exited) and a pidfd readable once it exits, and the key whose deletion
+  // failed (tried once).
+  std::int64_t judged_rev_ = 0, watched_pid_ = 0, take_failed_rev_ = 0;
+  sys::fd ahead_exit_;
+  // The holder's lease, when no process here is seen to keep it: revoked
+  // once it has surely expired (expiry.hpp), once.
+  std::optional<expiry_reckoner> expiry_;
+  std::int64_t revoked_lease_ = 0;
   // What ends a wait early: the caller's cancel descriptors, and that pidfd.
   std::vector<int> wake_fds_;
 };
@@ -263,15 +272,73 @@ acquisition::woke acquisition::keep_lease() {
 }
 
 // A wait ended by one of wake_fds_: the caller's cancel, or else the exit
-// of the holder watched on this machine.
+// of the process watched on this machine.
 acquisition::woke acquisition::stopped() const {
-  return sys::wait_any(w_.cancel, 0) >= 0 || !holder_exit_.valid() ? woke::cancelled : woke::holder_exited;
+  return sys::wait_any(w_.cancel, 0) >= 0 || !ahead_exit_.valid() ? woke::cancelled : woke::ahead_exited;
 }
 
-// The holder judged gone on this machine (same_machine.hpp): its key is
-// deleted if it is still that very key, with the value judged. The lease
-// is left to lapse (it held nothing else). False when the key changed
-// meanwhile or etcd could not be asked: the caller looks again.
+// The one ahead (the holder, or the waiter just before) when it runs on
+// this machine (same_machine.hpp): judged by its pid, its exit watched with
+// a pidfd, and its key deleted once it is gone. An exited one is looked at
+// again after recheck_ms.
+acquisition::ahead_step acquisition::judge_ahead(const entry& e, std::int64_t& recheck_ms, bool& alive_here) {
+  if (e.kv.create_revision != judged_rev_) {
+    judged_rev_ = e.kv.create_revision;
+    watched_pid_ = 0;
+    ahead_exit_.reset();
+  }
+  judgment j = judge_here(e.rec);
+  if (j.watch != 0 && j.watch != watched_pid_) {
+    // Opened, then judged again: the pidfd is surely of the process
+    // judged, not of one that took its pid since.
+    ahead_exit_ = sys::open_pid(j.watch);
+    watched_pid_ = ahead_exit_.valid() ? j.watch : 0;
+    j = judge_here(e.rec);
+  }
+  if (j.watch == 0 || j.watch != watched_pid_) {
+    watched_pid_ = 0;
+    ahead_exit_.reset();
+  }
+  // An exited one is looked at again: its reaping makes no event.
+  if (j.f == fate::exited) recheck_ms = exited_look_ms;
+  alive_here = j.f == fate::alive;
+  if (j.f != fate::gone || take_failed_rev_ == judged_rev_) return ahead_step::wait;
+  // Deleted if it is still that key: a holder's then claimed as a released
+  // one, a waiter's leaves the line; else (changed, or etcd not answering)
+  // looked at again, and waited for as any other if it is still there:
+  // tried once per key, never a spin.
+  if (take_from_dead(e.kv)) return ahead_step::taken;
+  take_failed_rev_ = judged_rev_;
+  return ahead_step::look_again;
+}
+
+// The holder's lease, kept by no process seen alive here: its remaining
+// time read as it nears its end, and the lease revoked once it has surely
+// expired (expiry.hpp), so the lock is free then and not when etcd next
+// looks for expired leases. True when it was revoked (the caller looks
+// again); else recheck_ms is set to when the next reading is due.
+bool acquisition::reckon_expiry(const entry& holder, std::int64_t& recheck_ms) {
+  const std::int64_t lease = holder.kv.lease;
+  if (lease == 0 || lease == revoked_lease_) return false;
+  if (!expiry_ || expiry_->lease() != lease) expiry_.emplace(lease);
+  const std::int64_t sent = sys::monotonic_ms();
+  if (sent >= expiry_->next_reading()) {
+    auto l = c_.time_to_live(lease, call_bounds(c_, w_.cancel));
+    if (l) expiry_->saw(sent, sys::monotonic_ms(), l->remaining_s, l->granted_s);
+    else expiry_->missed(sys::monotonic_ms() + retry_ms);  // the chain starts again
+  }
+  if (expiry_->expired()) {
+    revoked_lease_ = lease;
+    return !c_.revoke(lease, call_bounds(c_, w_.cancel));
+  }
+  const std::int64_t due = std::max<std::int64_t>(0, expiry_->next_reading() - sys::monotonic_ms());
+  recheck_ms = recheck_ms < 0 ? due : std::min(recheck_ms, due);
+  return false;
+}
+
+// The one ahead judged gone: its key is deleted if it is still that very
+// key, with the value judged. The lease is left to lapse (it held nothing
+// else). False when the key changed meanwhile or etcd could not be asked.
 bool acquisition::take_from_dead(const key_value& holder) {
   auto t = c_.txn({{holder.key, compare::field::create, compare::op::equal, holder.create_revision},
                    {holder.key, compare::field::mod, compare::op::equal, holder.mod_revision}},
@@ -444,48 +511,22 @@ result<std::shared_ptr<hold>> acquisition::run() {
       continue;
     }
     // The one ahead (the holder when first, else the waiter just before)
-    // on this machine: its exit is seen at once, not when its lease lapses
-    // (same_machine.hpp).
-    std::int64_t grace_left = -1;
+    // on this machine: its exit is seen at once, not when its lease lapses.
+    std::int64_t recheck_ms = -1;
     const entry* ahead_of_me = nullptr;
     if (!first) ahead_of_me = &last_.queue[static_cast<std::size_t>(*at) - 1];
     else if (last_.holder && !holder_gone) ahead_of_me = &*last_.holder;
     if (ahead_of_me) {
-      const entry& h = *ahead_of_me;
-      if (h.kv.create_revision != judged_rev_) {
-        judged_rev_ = h.kv.create_revision;
-        exited_at_ = 0;
-        holder_exit_.reset();
+      bool alive_here = false;
+      const ahead_step step = judge_ahead(*ahead_of_me, recheck_ms, alive_here);
+      if (step != ahead_step::wait) {
+        if (step == ahead_step::taken && first) holder_gone = true;
+        else look_again = true;
+        continue;
       }
-      fate f = judge_here(h.rec);
-      if (f == fate::alive && !holder_exit_.valid()) {
-        // Opened, then judged again: the pidfd is surely of the process
-        // judged, not of one that took its pid since.
-        holder_exit_ = sys::open_pid(h.rec.pid);
-        f = judge_here(h.rec);
-      }
-      if (f != fate::alive) holder_exit_.reset();
-      if (f == fate::exited) {
-        // A holder's keeper may still be releasing it (`run` releases
-        // while its CMD is a zombie): given exited_grace_ms to. (A waiter
-        // keeps its own entry: exited, it is judged gone.)
-        const std::int64_t now = sys::monotonic_ms();
-        if (exited_at_ == 0) exited_at_ = now;
-        grace_left = exited_at_ + exited_grace_ms - now;
-        if (grace_left <= 0) f = fate::gone;
-      }
-      if (f == fate::gone && take_failed_rev_ != judged_rev_) {
-        // Deleted if it is still that key: a holder's then claimed as a
-        // released one, a waiter's leaves the line; else (changed, or etcd
-        // not answering) looked at again, and waited for as any other if
-        // it is still there: tried once per key, never a spin.
-        if (take_from_dead(h.kv)) {
-          if (first) holder_gone = true;
-          else look_again = true;
-        } else {
-          take_failed_rev_ = judged_rev_;
-          look_again = true;
-        }
+      // The holder, kept alive by nothing seen here: its lease's end.
+      if (first && !alive_here && !w_.until.trying() && reckon_expiry(*ahead_of_me, recheck_ms)) {
+        look_again = true;
         continue;
       }
     }
@@ -498,9 +539,9 @@ result<std::shared_ptr<hold>> acquisition::run() {
     if (!first) ahead = last_.queue[static_cast<std::size_t>(*at) - 1].kv.key;
     report(last_);
     wake_fds_ = w_.cancel;
-    if (holder_exit_.valid()) wake_fds_.push_back(holder_exit_.get());
+    if (ahead_exit_.valid()) wake_fds_.push_back(ahead_exit_.get());
     woke why = woke::timeout;
-    const auto wake = report_.wait_ticking(grace_left >= 0 ? w_.until.clamp(grace_left) : w_.until.left(),
+    const auto wake = report_.wait_ticking(recheck_ms >= 0 ? w_.until.clamp(recheck_ms) : w_.until.left(),
                                            [&](std::int64_t t) {
       why = wait_for(ahead, last_.revision + 1, t);
       switch (why) {
@@ -511,11 +552,15 @@ result<std::shared_ptr<hold>> acquisition::run() {
     });
     churn.waited();
     if (wake == sys::watcher::wake::extra_fd) break;
-    if (why == woke::holder_exited) {
+    if (why == woke::ahead_exited) {
       // Judged again at once, on what was read: no look needed.
-      holder_exit_.reset();
+      watched_pid_ = 0;
+      ahead_exit_.reset();
       continue;
     }
+    // A look or a reading due (recheck_ms): what is read stays good (the
+    // watch kept its place).
+    if (why == woke::timeout && recheck_ms >= 0 && !w_.until.expired()) continue;
     if (why == woke::changed && first && ahead == w_.a.holder_key()) {
       // Released (or replaced): try at once; the transaction's own reply
       // says whether to look again.
@@ -694,11 +739,8 @@ void hold::run() {
     for (const auto& e : **ev) {
       watch_from = std::max(watch_from, e.kv.mod_revision + 1);
       if (e.kv.key == holder) {
-        // Deleted, or put by anyone but this acquisition: not ours. Unless
-        // the recorded holder has exited (CMD ended, the release is on its
-        // way): a waiter on this machine took it from the exited holder,
-        // which is no loss to it.
-        if (!(e.deleted && holder_exited())) lose(url_);
+        // Deleted, or put by anyone but this acquisition: not ours.
+        lose(url_);
         return;
       }
       if (!e.deleted && e.kv.key.compare(0, queue.size(), queue) == 0 && on_yield_) {
@@ -730,17 +772,8 @@ error hold::finish() {
     return error(t.error().code(), url_ + ": release: " + t.error().context() +
                                        "; the lock frees itself when its lease lapses, within " +
                                        describe_duration(milliseconds(ttl_ms_)));
-  if (lost_) return error(errc::lost, url_);
-  // Gone already: taken from the recorded holder once it exited (by a
-  // waiter on this machine, same_machine.hpp), which is no loss.
-  if (!t->succeeded && !holder_exited()) return error(errc::lost, url_);
+  if (lost_ || !t->succeeded) return error(errc::lost, url_);
   return {};
-}
-
-bool hold::holder_exited() const {
-  if (pid_ == sys::self_pid()) return false;
-  const sys::liveness l = sys::probe(pid_);
-  return l == sys::liveness::dead || l == sys::liveness::zombie;
 }
 
 error hold::release() {

@@ -93,8 +93,6 @@ class hold : public std::enable_shared_from_this<hold> {
   void run();
   void lose(const std::string& why);
   error finish();  // the release's etcd calls
-  // The recorded holder (not this process) has exited: dead or a zombie.
-  bool holder_exited() const;
   void stop_thread();
 
   address addr_;

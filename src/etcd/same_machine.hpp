@@ -17,11 +17,9 @@
 
 namespace offload_lock::detail::etcd {
 
-// How long the keeper of a holder whose process has exited (an unreaped
-// zombie) is given to release the lock itself before a waiter takes it,
-// when the keeper is not known gone: `run` releases while its CMD is still
-// a zombie, within milliseconds.
-inline constexpr std::int64_t exited_grace_ms = 1'000;
+// How often a holder that has exited but is not yet reaped is looked at
+// again: its reaping makes no event (same_machine.cpp).
+inline constexpr std::int64_t exited_look_ms = 1'000;
 
 // Sets r's boot, namespaces and the start of r.pid, when this machine can
 // say them all; leaves them empty otherwise (the record is then judged by
@@ -31,11 +29,17 @@ void stamp_here(record& r);
 enum class fate {
   elsewhere,  // not this machine's, or not judged here (its lease decides)
   alive,
-  exited,     // a zombie (exited, not yet reaped) whose keeper may still release
-  gone,       // dead and reaped, or the pid reused, or a zombie whose keeper is gone
+  exited,     // exited, not yet reaped, its keeper alive or threads maybe at work: waited for
+  gone,       // dead and reaped, or the pid reused, or exited with no keeper left
   unknown,    // this machine's, but something could not be read
 };
-fate judge_here(const record& r);
+
+struct judgment {
+  fate f = fate::elsewhere;
+  // The process whose exit changes the judgment, to be watched (0: none).
+  std::int64_t watch = 0;
+};
+judgment judge_here(const record& r);
 
 }  // namespace offload_lock::detail::etcd
 

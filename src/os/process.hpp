@@ -31,11 +31,17 @@ std::optional<bool> stopped(std::int64_t pid);
 // own start is read from /proc/self once and cached (per pid, so a forked
 // child reads its own).
 std::optional<proc_start> start_of(std::int64_t pid);
-// The inode of this process's pid namespace (/proc/self/ns/pid), read once;
-// nullopt when it cannot be read.
+// How many threads the process has (/proc/<pid>/status "Threads:"), the
+// ended main thread of a zombie counted; nullopt when it cannot be read.
+// A zombie with 1 has nothing left running; one with more ended its main
+// thread while others still work.
+std::optional<int> thread_count(std::int64_t pid);
+// The inode of this process's pid namespace (/proc/self/ns/pid), read once
+// per pid (a child forked into a new namespace reads its own); nullopt when
+// it cannot be read.
 std::optional<std::uint64_t> pid_namespace();
 // The inode of this process's time namespace (/proc/self/ns/time), read
-// once; nullopt when it cannot be read (a kernel without them). Start ticks
+// once per pid; nullopt when it cannot be read (a kernel without them). Start ticks
 // read from /proc are shifted by the reader's time namespace.
 std::optional<std::uint64_t> time_namespace();
 // Whether /proc shows this pid namespace: /proc/self names getpid(). False in

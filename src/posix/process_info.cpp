@@ -170,16 +170,52 @@ std::optional<std::uint64_t> namespace_inode(const char* path) {
   return static_cast<std::uint64_t>(st.st_ino);
 }
 
+// One of this process's namespace inodes, read once per pid: a child forked
+// into a new pid or time namespace (a pid of its own) reads its own, and a
+// read that failed is tried again next time. No lock, so a fork while
+// another thread reads leaves nothing held.
+class own_namespace {
+ public:
+  explicit own_namespace(const char* path) : path_(path) {}
+  std::optional<std::uint64_t> get() {
+    const std::int64_t me = ::getpid();
+    if (for_pid_.load(std::memory_order_acquire) == me) return inode_.load(std::memory_order_relaxed);
+    const auto ino = namespace_inode(path_);
+    if (!ino || *ino == 0) return std::nullopt;
+    inode_.store(*ino, std::memory_order_relaxed);
+    for_pid_.store(me, std::memory_order_release);
+    return ino;
+  }
+
+ private:
+  const char* path_;
+  std::atomic<std::int64_t> for_pid_{0};
+  std::atomic<std::uint64_t> inode_{0};
+};
+
 }  // namespace
 
+std::optional<int> thread_count(std::int64_t pid) {
+  if (!valid_pid(pid) || !proc_is_own()) return std::nullopt;
+  const std::string s = read_small_file("/proc/" + std::to_string(pid) + "/status");
+  const auto at = s.find("\nThreads:");
+  if (at == std::string::npos) return std::nullopt;
+  const char* p = s.c_str() + at + 9;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(p, &end, 10);
+  if (end == p || errno != 0 || n <= 0 || n > INT_MAX || (*end != '\n' && *end != '\0')) return std::nullopt;
+  return static_cast<int>(n);
+}
+
 std::optional<std::uint64_t> pid_namespace() {
-  static const std::optional<std::uint64_t> ns = namespace_inode("/proc/self/ns/pid");
-  return ns;
+  static own_namespace ns("/proc/self/ns/pid");
+  return ns.get();
 }
 
 std::optional<std::uint64_t> time_namespace() {
-  static const std::optional<std::uint64_t> ns = namespace_inode("/proc/self/ns/time");
-  return ns;
+  static own_namespace ns("/proc/self/ns/time");
+  return ns.get();
 }
 
 bool proc_is_own() {

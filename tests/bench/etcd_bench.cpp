@@ -451,7 +451,7 @@ result run(const context& cx) {
     if (tk_far)
       say(std::string("  goal: crash takeover <= TTL + 100 ms (2100 ms), holder on another host: ") +
           (tk_far->max <= ttl * 1000 + 100 ? "held" : "not held") + " (max " + fmt(tk_far->max, 0) + " ms, p50 " +
-          fmt(tk_far->p50, 0) + " ms; etcd looks for expired leases every 500 ms)\n");
+          fmt(tk_far->p50, 0) + " ms; the waiter revokes the lease once it has surely expired)\n");
 
     // The fleet: 100 hosts published, status --fleet read whole.
     {

@@ -145,6 +145,9 @@ TEST_CASE("etcd lock: a killed holder on this machine is taken over at once, and
   const int cmd = std::stoi(read_file(cmd_pid));
   child next(cli_exe(), etcd_args(c, "crash", {"run", "--label", "next", "--", "true"}));
   REQUIRE(eventually_every_50ms([&] { return waiting_count(c, "crash") == 1; }, 30s));
+  // Alive, it keeps its lease: the waiter, reading the lease's remaining
+  // time as it nears its end, never counts it expired.
+  CHECK_FALSE(next.wait(3s));
   const auto killed = std::chrono::steady_clock::now();
   victim.kill(SIGKILL);
   CHECK(victim.wait() == 128 + SIGKILL);
@@ -174,14 +177,17 @@ TEST_CASE("etcd lock: a killed holder on another host is taken over when its lea
   }, 30s));
   child next(cli_exe(), etcd_args(c, "crash", {"run", "--label", "next", "--", "true"}));
   REQUIRE(eventually_every_50ms([&] { return waiting_count(c, "crash") == 1; }, 30s));
+  // Alive, it keeps its lease: the waiter, reading the lease's remaining
+  // time as it nears its end, never counts it expired.
+  CHECK_FALSE(next.wait(3s));
   const auto killed = std::chrono::steady_clock::now();
   victim.kill(SIGKILL);
   CHECK(next.wait(30s) == 0);
   const auto took = std::chrono::duration_cast<ms>(std::chrono::steady_clock::now() - killed);
   INFO("taken over after " << took.count() << " ms (TTL 2 s)");
   // Not before its lease could lapse (at least two thirds of the TTL after
-  // its last renewal); within it and etcd's expiry check (every 500 ms),
-  // generously for a loaded machine.
+  // its last renewal); within it, generously for a loaded machine (the
+  // waiter revokes the lease once it has surely expired).
   CHECK(took >= 1300ms);
   CHECK(took < 15s);
 }
@@ -244,7 +250,9 @@ TEST_CASE("etcd lock: a holder or waiter on this machine is judged by its pid as
   CHECK(try_now() == 1);
 
   // Exited but not reaped (a zombie of this test) while its keeper, this
-  // process, lives: the keeper may be releasing it, so not taken at once...
+  // process, lives: its other threads may still work (a main thread that
+  // ended by itself looks the same), or its keeper be releasing it. Never
+  // taken while the keeper lives, however long a waiter waits...
   child zombie("/bin/true", {});
   REQUIRE(eventually([&] { return process_state(zombie.pid()) == 'Z'; }, 10s));
   etcd::record exited = alive;
@@ -253,11 +261,66 @@ TEST_CASE("etcd lock: a holder or waiter on this machine is judged by its pid as
   REQUIRE(exited.proc_ticks > 0);
   put(exited);
   CHECK(try_now() == 1);
-  // ...but after the keeper's grace, by a waiter.
-  const auto began = std::chrono::steady_clock::now();
-  CHECK(etcd_cli(c, "gpu", {"run", "--wait", "30s", "--", "true"}).code == 0);
-  CHECK(std::chrono::steady_clock::now() - began >= 900ms);
-  // A zombie whose keeper is gone too: taken at once.
+  {
+    child waiter(cli_exe(), etcd_args(c, "gpu", {"run", "--wait", "60s", "--", "true"}));
+    REQUIRE(eventually_every_50ms([&] { return waiting_count(c, "gpu") == 1; }, 30s));
+    // (A grace of a second for the keeper, once allowed, took it here.)
+    CHECK_FALSE(waiter.wait(3s));
+    // ...until it is reaped: dead, it is taken by the one waiting.
+    REQUIRE(zombie.wait() == 0);
+    CHECK(waiter.wait(30s) == 0);
+  }
+  // A zombie kept by another process, which lives: held; once that keeper
+  // dies, the waiter watching it takes the lock at once.
+  child zombie2("/bin/true", {});
+  REQUIRE(eventually([&] { return process_state(zombie2.pid()) == 'Z'; }, 10s));
+  child keeper("/bin/sleep", {"60"});
+  exited.pid = zombie2.pid();
+  etcd::stamp_here(exited);
+  REQUIRE(exited.proc_ticks > 0);
+  const auto keeper_start = offload_lock::detail::sys::start_of(keeper.pid());
+  REQUIRE(keeper_start);
+  exited.keeper_pid = keeper.pid();
+  exited.keeper_ticks = static_cast<std::int64_t>(keeper_start->ticks);
+  put(exited);
+  CHECK(try_now() == 1);
+  {
+    child waiter(cli_exe(), etcd_args(c, "gpu", {"run", "--wait", "60s", "--", "true"}));
+    REQUIRE(eventually_every_50ms([&] { return waiting_count(c, "gpu") == 1; }, 30s));
+    CHECK_FALSE(waiter.wait(2s));
+    keeper.kill(SIGKILL);
+    (void)keeper.wait();
+    CHECK(waiter.wait(30s) == 0);
+  }
+  // A zombie that keeps its own lease (its keeper is itself) with nothing
+  // left running: it keeps nothing, taken at once.
+  exited.keeper_pid = exited.pid;
+  exited.keeper_ticks = exited.proc_ticks;
+  put(exited);
+  CHECK(try_now() == 0);
+  // One whose main thread ended while another still works (a zombie to
+  // /proc): held, its keeper its own or alive elsewhere, for as long as
+  // that thread works.
+  {
+    child half(self_exe(), {"--child", "main-exits", "60"});
+    REQUIRE(half.read_line(30s) == std::optional<std::string>("ready"));
+    REQUIRE(eventually([&] { return process_state(half.pid()) == 'Z'; }, 10s));
+    etcd::record working = alive;
+    working.pid = half.pid();
+    etcd::stamp_here(working);
+    REQUIRE(working.proc_ticks > 0);
+    working.keeper_pid = working.pid;
+    working.keeper_ticks = working.proc_ticks;
+    put(working);
+    CHECK(try_now() == 1);
+    working.keeper_pid = sleeper.pid();
+    working.keeper_ticks = alive.proc_ticks;
+    put(working);
+    CHECK(try_now() == 1);
+    half.kill(SIGKILL);
+    (void)half.wait();
+  }
+  // A zombie whose keeper is gone: taken at once.
   exited.keeper_pid = dead.pid;
   put(exited);
   CHECK(try_now() == 0);
@@ -265,15 +328,18 @@ TEST_CASE("etcd lock: a holder or waiter on this machine is judged by its pid as
   // A waiter ahead in the line that is gone leaves it at once, not when its
   // lease lapses: the one behind it takes the free lock well within that.
   etcd::record waiting = dead;
+  // A lease of its own, a minute long: what frees the line well within it
+  // is the judgment, not the lease.
+  auto waiter_lease = cl.grant(60, soon());
+  REQUIRE(waiter_lease);
   char name[17];
-  std::snprintf(name, sizeof name, "%016llx", static_cast<unsigned long long>(lease->id));
+  std::snprintf(name, sizeof name, "%016llx", static_cast<unsigned long long>(waiter_lease->id));
   REQUIRE(cl.txn({}, {{etcd::txn_op::kind::put, "/offload-lock/lock/gpu/queue/" + std::string(name),
-                       etcd::encode(waiting), lease->id, false}}, {}, soon()));
+                       etcd::encode(waiting), waiter_lease->id, false}}, {}, soon()));
   CHECK(waiting_count(c, "gpu") == 1);
-  // (The lease has more than 20 s left: the case so far takes a few.)
   CHECK(etcd_cli(c, "gpu", {"run", "--wait", "20s", "--", "true"}).code == 0);
   CHECK(waiting_count(c, "gpu") == 0);
-  (void)zombie.wait();
+  (void)zombie2.wait();
   sleeper.kill(SIGKILL);
 }
 
@@ -341,6 +407,28 @@ TEST_CASE("etcd lock: a holder whose key is removed is told, as for a local lock
   REQUIRE(cl.txn({}, {{etcd::txn_op::kind::del, "/offload-lock/lock/lost/holder", "", 0, false}}, {}, soon()));
   CHECK(r.wait(30s) == 128 + SIGTERM);
   CHECK(r.err_text().find("sending it SIGTERM") != std::string::npos);
+}
+
+TEST_CASE("etcd lock: run reports a lock removed while CMD ran, though CMD has ended by the time run looks", "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  auto cl = client_of(c);
+  temp_dir d;
+  const std::string started = (d.path / "started").string(), go = (d.path / "go").string();
+  child r(cli_exe(), etcd_args(c, "gone", {"run", "--", "sh", "-c",
+                                           "touch " + started + "; while [ ! -e " + go + " ]; do sleep 0.05; done"}));
+  REQUIRE(eventually([&] { return fs::exists(started); }, 30s));
+  const int cmd = json::parse(etcd_cli(c, "gone", {"--json", "status"}).out).value("pid", 0);
+  REQUIRE(cmd > 0);
+  // run paused: the lock is removed while CMD runs, then CMD ends; run
+  // sees both only when it runs again, with CMD's exit already there.
+  REQUIRE(stop_process(r.pid()));
+  REQUIRE(cl.txn({}, {{etcd::txn_op::kind::del, "/offload-lock/lock/gone/holder", "", 0, false}}, {}, soon()));
+  write_file(go, "");
+  REQUIRE(eventually([&] { return process_state(cmd) == 'Z'; }, 30s));
+  ::kill(r.pid(), SIGCONT);
+  CHECK(r.wait(30s) == 0);
+  CHECK(r.err_text().find("removed or replaced by someone else") != std::string::npos);
 }
 
 TEST_CASE("etcd lock: wait-free wakes on the release, and --within answers at once", "[etcd]") {
