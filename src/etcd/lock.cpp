@@ -161,7 +161,9 @@ class acquisition {
 
  private:
   enum class woke { changed, timeout, cancelled, lease_gone, trouble, ahead_exited };
-  enum class ahead_step { wait, taken, look_again };
+  // What became of the one ahead: waited for; its key removed (deleted
+  // here, or changed already); or to be looked at again.
+  enum class ahead_step { wait, removed, look_again };
 
   error begin();
   error enqueue();
@@ -170,9 +172,10 @@ class acquisition {
   woke wait_for(const std::string& key, std::int64_t from, std::int64_t timeout);
   woke keep_lease();
   woke stopped() const;
-  ahead_step judge_ahead(const entry& e, std::int64_t& recheck_ms, bool& alive_here);
+  ahead_step judge_ahead(const entry& e, std::int64_t& recheck_ms, bool& kept_here);
   bool reckon_expiry(const entry& holder, std::int64_t& recheck_ms);
   bool take_from_dead(const key_value& holder);
+  bool changed_already(const std::string& key);
   void trouble(const error& e);
   void report(const lock_view& v);
 
@@ -189,9 +192,9 @@ class acquisition {
   lock_view last_;
   // The one ahead on this machine: its key's create revision, the process
   // watched for its exit (the one ahead, or the keeper of one that has
-  // exited) and a pidfd readable once it exits, and the key whose deletion
-  // failed (tried once).
-  std::int64_t judged_rev_ = 0, watched_pid_ = 0, take_failed_rev_ = 0;
+  // exited) and a pidfd readable once it exits, the last one whose pidfd
+  // fired, and the key whose deletion failed (tried once).
+  std::int64_t judged_rev_ = 0, watched_pid_ = 0, fired_pid_ = 0, take_failed_rev_ = 0;
   sys::fd ahead_exit_;
   // The holder's lease, when no process here is seen to keep it: revoked
   // once it has surely expired (expiry.hpp), once.
@@ -281,13 +284,16 @@ acquisition::woke acquisition::stopped() const {
 // this machine (same_machine.hpp): judged by its pid, its exit watched with
 // a pidfd, and its key deleted once it is gone. An exited one is looked at
 // again after recheck_ms.
-acquisition::ahead_step acquisition::judge_ahead(const entry& e, std::int64_t& recheck_ms, bool& alive_here) {
+acquisition::ahead_step acquisition::judge_ahead(const entry& e, std::int64_t& recheck_ms, bool& kept_here) {
   if (e.kv.create_revision != judged_rev_) {
     judged_rev_ = e.kv.create_revision;
-    watched_pid_ = 0;
+    watched_pid_ = fired_pid_ = 0;
     ahead_exit_.reset();
   }
   judgment j = judge_here(e.rec);
+  // A pidfd that fired is not opened again for the same process, should
+  // the judgment not have moved on: never a spin.
+  if (j.watch == fired_pid_) j.watch = 0;
   if (j.watch != 0 && j.watch != watched_pid_) {
     // Opened, then judged again: the pidfd is surely of the process
     // judged, not of one that took its pid since.
@@ -301,18 +307,23 @@ acquisition::ahead_step acquisition::judge_ahead(const entry& e, std::int64_t& r
   }
   // An exited one is looked at again: its reaping makes no event.
   if (j.f == fate::exited) recheck_ms = exited_look_ms;
-  alive_here = j.f == fate::alive;
+  // Alive here, or exited with a process here watched that keeps it.
+  kept_here = j.f == fate::alive || (j.f == fate::exited && ahead_exit_.valid());
   if (j.f != fate::gone || take_failed_rev_ == judged_rev_) return ahead_step::wait;
+  // Its keeper may have released it already (`run` releases, then reaps
+  // CMD): a change waiting on the watch is that release, and no deletion
+  // of this waiter's own is needed.
+  if (changed_already(e.kv.key)) return ahead_step::removed;
   // Deleted if it is still that key: a holder's then claimed as a released
   // one, a waiter's leaves the line; else (changed, or etcd not answering)
   // looked at again, and waited for as any other if it is still there:
   // tried once per key, never a spin.
-  if (take_from_dead(e.kv)) return ahead_step::taken;
+  if (take_from_dead(e.kv)) return ahead_step::removed;
   take_failed_rev_ = judged_rev_;
   return ahead_step::look_again;
 }
 
-// The holder's lease, kept by no process seen alive here: its remaining
+// The holder's lease, kept by no process watched here: its remaining
 // time read as it nears its end, and the lease revoked once it has surely
 // expired (expiry.hpp), so the lock is free then and not when etcd next
 // looks for expired leases. True when it was revoked (the caller looks
@@ -344,6 +355,23 @@ bool acquisition::take_from_dead(const key_value& holder) {
                    {holder.key, compare::field::mod, compare::op::equal, holder.mod_revision}},
                   {{txn_op::kind::del, holder.key, "", 0, false}}, {}, call_bounds(c_, w_.cancel));
   return t && t->succeeded;
+}
+
+// Whether the watch on `key` holds a change already, read without waiting.
+bool acquisition::changed_already(const std::string& key) {
+  if (!watch_ || watched_key_ != key) return false;
+  auto ev = watch_->next({sys::monotonic_ms(), {}});
+  if (!ev) {
+    watch_.reset();
+    return false;
+  }
+  if (!*ev) return false;
+  for (const auto& e : **ev)
+    if (e.kv.key == key) {
+      watch_.reset();
+      return true;
+    }
+  return false;
 }
 
 // Waits up to `timeout` ms (-1: none) for `key` to change after revision
@@ -386,10 +414,10 @@ acquisition::woke acquisition::wait_for(const std::string& key, std::int64_t fro
     }
     auto ev = watch_->next({sys::monotonic_ms() + left(until), wake_fds_});
     if (!ev) {
-      if (ev.error() == errc::cancelled) {
-        watch_.reset();
-        return stopped();
-      }
+      // Woken by a descriptor: the stream stays as it was (what was read
+      // of it stays buffered) and is kept, so the next wait needs no new
+      // watch.
+      if (ev.error() == errc::cancelled) return stopped();
       watch_.reset();
       trouble(ev.error());
       return woke::trouble;
@@ -517,15 +545,15 @@ result<std::shared_ptr<hold>> acquisition::run() {
     if (!first) ahead_of_me = &last_.queue[static_cast<std::size_t>(*at) - 1];
     else if (last_.holder && !holder_gone) ahead_of_me = &*last_.holder;
     if (ahead_of_me) {
-      bool alive_here = false;
-      const ahead_step step = judge_ahead(*ahead_of_me, recheck_ms, alive_here);
+      bool kept_here = false;
+      const ahead_step step = judge_ahead(*ahead_of_me, recheck_ms, kept_here);
       if (step != ahead_step::wait) {
-        if (step == ahead_step::taken && first) holder_gone = true;
+        if (step == ahead_step::removed && first) holder_gone = true;
         else look_again = true;
         continue;
       }
-      // The holder, kept alive by nothing seen here: its lease's end.
-      if (first && !alive_here && !w_.until.trying() && reckon_expiry(*ahead_of_me, recheck_ms)) {
+      // The holder, kept by no process watched here: its lease's end.
+      if (first && !kept_here && !w_.until.trying() && reckon_expiry(*ahead_of_me, recheck_ms)) {
         look_again = true;
         continue;
       }
@@ -554,6 +582,7 @@ result<std::shared_ptr<hold>> acquisition::run() {
     if (wake == sys::watcher::wake::extra_fd) break;
     if (why == woke::ahead_exited) {
       // Judged again at once, on what was read: no look needed.
+      fired_pid_ = watched_pid_;
       watched_pid_ = 0;
       ahead_exit_.reset();
       continue;

@@ -99,14 +99,16 @@ judgment judge_here(const record& r) {
     case state::working_zombie:
     case state::ended: break;
   }
+  // A pidfd is readable once the whole process has ended, the threads of
+  // a zombie too: what is watched for.
   const bool keeper_known = r.keeper_ticks > 0 && sys::valid_pid(r.keeper_pid);
-  if (keeper_known && r.keeper_pid == r.pid) return {p == state::ended ? fate::gone : fate::exited, 0};
+  if (keeper_known && r.keeper_pid == r.pid) return p == state::ended ? judgment{fate::gone, 0} : judgment{fate::exited, r.pid};
   if (!keeper_known) return {fate::exited, 0};
   switch (judge_pid(r.keeper_pid, r.keeper_ticks)) {
-    case state::alive: return {fate::exited, r.keeper_pid};
+    case state::alive:
+    case state::working_zombie: return {fate::exited, r.keeper_pid};
     case state::gone:
     case state::ended: return {fate::gone, 0};
-    case state::working_zombie:
     case state::unknown: break;
   }
   return {fate::exited, 0};
