@@ -436,8 +436,9 @@ held_state::kept held_state::keep_until_holder_exits() {
         }
       }
     if (pid_id < 0) pid_id = w.watch_pid(pid);
-    const auto alive = sys::probe(pid);
-    if (alive == sys::liveness::dead || alive == sys::liveness::zombie) return kept::holder_exited;
+    // A zombie whose main thread ended while others work still holds: its
+    // pidfd turns readable once every thread is gone.
+    if (sys::has_ended(pid)) return kept::holder_exited;
     std::int64_t timeout = std::max<std::int64_t>(0, touch_at - sys::monotonic_ms());
     if (dir_id < 0 || pid_id < 0) timeout = std::min(timeout, fallback_poll_ms);
     if (!proof) timeout = std::min<std::int64_t>(timeout, 20);

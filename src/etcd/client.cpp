@@ -255,7 +255,12 @@ auto client::on_some_member(const sys::net_bounds& b, F fn) -> decltype(fn(std::
     sys::net_bounds mine = b;
     const std::int64_t now = sys::monotonic_ms();
     if (b.until_ms >= 0 && now >= b.until_ms && n > 0) break;
-    mine.until_ms = b.until_ms < 0 ? now + per_member_ms : std::min(b.until_ms, now + per_member_ms);
+    // Each member gets its share of what is left (at most per_member_ms),
+    // so one that does not answer leaves time to ask the others.
+    std::int64_t share = per_member_ms;
+    if (b.until_ms >= 0)
+      share = std::min(share, std::max<std::int64_t>(1, (b.until_ms - now) / static_cast<std::int64_t>(eps_.size() - n)));
+    mine.until_ms = now + share;
     auto r = fn(*conns_[k], mine);
     if (r) {
       current_ = k;

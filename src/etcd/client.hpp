@@ -113,7 +113,8 @@ class client {
   client& operator=(const client&) = delete;
 
   // Each call below blocks within `b` (its deadline covers every member
-  // tried; each member is given at most per_member_ms of it) and returns
+  // tried; each member is given its share of what is left, at most
+  // per_member_ms) and returns
   // the member's answer or why none came: the last failure, its context
   // naming the member, or with several members "no etcd endpoint answered
   // (A: why; B: why)".

@@ -13,7 +13,14 @@ constexpr std::int64_t margin_ms = 20;
 void expiry_reckoner::saw(std::int64_t sent, std::int64_t answered, std::int64_t remaining_s,
                           std::int64_t granted_s) {
   if (remaining_s < 0) {
-    gone_ = true;
+    // No such lease, says the leader: revoked, swept, or more than a
+    // second past its expiry, or a leader just elected that has not yet
+    // applied its grant. Not acted on: a lease that is gone has taken its
+    // keys with it (the watch says so), and one past its expiry is swept
+    // by etcd. The chain starts again.
+    first_zero_.reset();
+    last_zero_.reset();
+    next_ = answered + expiry_poll_ms;
     return;
   }
   if (remaining_s > 0) {
@@ -40,7 +47,6 @@ void expiry_reckoner::missed(std::int64_t retry_at) {
 }
 
 bool expiry_reckoner::expired() const {
-  if (gone_) return true;
   // The first 0 reading's leader time was at most its answer; the last
   // one's at least its sending.
   return first_zero_ && last_zero_ && last_zero_->sent >= first_zero_->answered + 1000 + margin_ms;

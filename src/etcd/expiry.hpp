@@ -15,7 +15,9 @@
 // 0 readings, each within that of the one before, proves that no renewal
 // came during the chain. Once the chain reaches 1 s past its first reading,
 // the lease expired inside it and, expired, cannot be renewed: revoking it
-// takes nothing from a live holder. Each reading's leader time lies between
+// takes nothing from a live holder. A lease the leader says it does not
+// have is never acted on (a leader just elected may not have applied its
+// grant yet). Each reading's leader time lies between
 // when it was sent and when its answer came; the bounds use the side that
 // is safe.
 #ifndef OFFLOAD_LOCK_SRC_ETCD_EXPIRY_HPP
@@ -43,7 +45,7 @@ class expiry_reckoner {
   void missed(std::int64_t retry_at);
   // When the next reading is due (monotonic ms).
   std::int64_t next_reading() const { return next_; }
-  // Whether the lease has surely expired (or is gone).
+  // Whether the lease has surely expired.
   bool expired() const;
 
  private:
@@ -52,7 +54,6 @@ class expiry_reckoner {
   };
   std::int64_t lease_;
   std::int64_t next_ = 0;
-  bool gone_ = false;
   // The chain of 0 readings: its first, and its last.
   std::optional<reading> first_zero_, last_zero_;
 };

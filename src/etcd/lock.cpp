@@ -718,7 +718,9 @@ void hold::run() {
       // The lease is good until TTL after the renewal was sent, at the
       // least: etcd counts from when it got it, which is later.
       const std::int64_t sent = sys::monotonic_ms();
-      auto r = c.keep_alive(lease_, {std::min<std::int64_t>(valid_until_, sent + per_member_ms), stop});
+      // Until the lease could lapse: a member that does not answer leaves
+      // time to ask the others (client::on_some_member shares it out).
+      auto r = c.keep_alive(lease_, {valid_until_, stop});
       if (r && *r > 0) {
         valid_until_ = sent + *r * 1000;
         next_ka = sent + period;
@@ -792,7 +794,10 @@ bool hold::still_held() {
 
 error hold::finish() {
   client c(addr_.endpoints);
-  auto t = c.txn({{addr_.holder_key(), compare::field::create, compare::op::equal, static_cast<std::int64_t>(fence_)}},
+  // Deleted only while it is this acquisition's key under its lease: one
+  // put over it in place by anyone else keeps its create revision.
+  auto t = c.txn({{addr_.holder_key(), compare::field::create, compare::op::equal, static_cast<std::int64_t>(fence_)},
+                  {addr_.holder_key(), compare::field::lease, compare::op::equal, lease_}},
                  {{txn_op::kind::del, addr_.holder_key(), "", 0, false}}, {}, call_bounds(c));
   // Whatever the outcome, the lease goes: nothing of this acquisition is
   // to stay (a keeper elsewhere would have it no longer).
@@ -839,7 +844,7 @@ error hold::keep_until_holder_exits() {
     }
     if (now >= next) {
       const std::int64_t sent = now;
-      auto r = c.keep_alive(lease_, {std::min<std::int64_t>(valid_until_, sent + per_member_ms), {}});
+      auto r = c.keep_alive(lease_, {valid_until_, {}});
       if (r && *r == 0) {
         done_ = true;
         return error(errc::lost, url_);
@@ -857,9 +862,12 @@ error hold::keep_until_holder_exits() {
     }
     std::int64_t t = std::min<std::int64_t>(next, valid_until_) - now;
     if (pid_id < 0) t = std::min<std::int64_t>(t, 1000);  // no pidfd: a look every second
-    (void)w.wait(std::max<std::int64_t>(0, t));
-    const auto alive = sys::probe(pid_);
-    if (alive == sys::liveness::dead || alive == sys::liveness::zombie) {
+    // Ended: dead, or a zombie with nothing left running, or its pidfd
+    // readable (every thread of it gone). A zombie whose main thread ended
+    // while others work still holds.
+    std::vector<int> fired;
+    (void)w.wait(std::max<std::int64_t>(0, t), {}, &fired);
+    if (sys::has_ended(pid_) || (pid_id >= 0 && std::find(fired.begin(), fired.end(), pid_id) != fired.end())) {
       done_ = true;
       return finish();
     }

@@ -28,20 +28,24 @@ liveness signal0(std::int64_t pid);
 std::optional<bool> stopped(std::int64_t pid);
 // The process's start, nullopt when it cannot be read (gone, invalid pid, or
 // another process while /proc is not this pid namespace's). This process's
-// own start is read from /proc/self once and cached (per pid, so a forked
-// child reads its own).
+// own start is read from /proc/self once and cached (per process, so a
+// forked child reads its own).
 std::optional<proc_start> start_of(std::int64_t pid);
+// Whether the process has ended for good: dead, or a zombie with no thread
+// left running. A zombie whose main thread ended while other threads still
+// work has not (nor one whose threads cannot be counted).
+bool has_ended(std::int64_t pid);
 // How many threads the process has (/proc/<pid>/status "Threads:"), the
 // ended main thread of a zombie counted; nullopt when it cannot be read.
 // A zombie with 1 has nothing left running; one with more ended its main
 // thread while others still work.
 std::optional<int> thread_count(std::int64_t pid);
 // The inode of this process's pid namespace (/proc/self/ns/pid), read once
-// per pid (a child forked into a new namespace reads its own); nullopt when
-// it cannot be read.
+// per process (a child forked into a new namespace reads its own); nullopt
+// when it cannot be read.
 std::optional<std::uint64_t> pid_namespace();
 // The inode of this process's time namespace (/proc/self/ns/time), read
-// once per pid; nullopt when it cannot be read (a kernel without them). Start ticks
+// once per process; nullopt when it cannot be read (a kernel without them). Start ticks
 // read from /proc are shifted by the reader's time namespace.
 std::optional<std::uint64_t> time_namespace();
 // Whether /proc shows this pid namespace: /proc/self names getpid(). False in

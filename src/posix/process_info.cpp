@@ -85,10 +85,25 @@ bool read_proc_stat(std::int64_t pid, char& state, std::uint64_t& ticks) {
   return true;
 }
 
-// start_of()'s cache of this process's own start, keyed by pid so that a
-// forked child reads its own.
+// Counted up in every child of fork(): what is cached of this process's
+// own identity is keyed by the pid and this count, so a child reads its own
+// even when its pid is its parent's (pid 1 of a new pid namespace, forked
+// from pid 1 of another).
+std::atomic<std::int64_t> forks_seen{0};
+struct fork_counter {
+  fork_counter() noexcept { on_fork(nullptr, nullptr, [] { forks_seen.fetch_add(1); }); }
+};
+const fork_counter installed_fork_counter;
+
+// The key of this process's own cached values: never 0.
+std::int64_t self_key() {
+  constexpr int pid_bits = 23;  // max_pid is 2^22
+  return (forks_seen.load(std::memory_order_relaxed) << pid_bits) | static_cast<std::int64_t>(::getpid());
+}
+
+// start_of()'s cache of this process's own start (self_key()).
 std::mutex self_mu;
-std::int64_t self_cached_pid = 0;
+std::int64_t self_cached_key = 0;
 std::uint64_t self_cached_ticks = 0;
 
 // fork() copies only the calling thread: the cache's mutex is taken around
@@ -136,7 +151,7 @@ std::optional<proc_start> start_of(std::int64_t pid) {
   bool cached = false;
   if (self) {
     std::lock_guard<std::mutex> g(self_mu);
-    cached = self_cached_pid == pid;
+    cached = self_cached_key == self_key();
     ticks = self_cached_ticks;
   }
   if (!cached) {
@@ -144,7 +159,7 @@ std::optional<proc_start> start_of(std::int64_t pid) {
     if (!read_proc_stat(pid, state, ticks)) return std::nullopt;
     if (self) {
       std::lock_guard<std::mutex> g(self_mu);
-      self_cached_pid = pid;
+      self_cached_key = self_key();
       self_cached_ticks = ticks;
     }
   }
@@ -170,30 +185,38 @@ std::optional<std::uint64_t> namespace_inode(const char* path) {
   return static_cast<std::uint64_t>(st.st_ino);
 }
 
-// One of this process's namespace inodes, read once per pid: a child forked
-// into a new pid or time namespace (a pid of its own) reads its own, and a
-// read that failed is tried again next time. No lock, so a fork while
-// another thread reads leaves nothing held.
+// One of this process's namespace inodes, read once per process (self_key():
+// a child forked into a new pid or time namespace reads its own), and a read
+// that failed is tried again next time. No lock, so a fork while another
+// thread reads leaves nothing held.
 class own_namespace {
  public:
   explicit own_namespace(const char* path) : path_(path) {}
   std::optional<std::uint64_t> get() {
-    const std::int64_t me = ::getpid();
-    if (for_pid_.load(std::memory_order_acquire) == me) return inode_.load(std::memory_order_relaxed);
+    const std::int64_t me = self_key();
+    if (for_key_.load(std::memory_order_acquire) == me) return inode_.load(std::memory_order_relaxed);
     const auto ino = namespace_inode(path_);
     if (!ino || *ino == 0) return std::nullopt;
     inode_.store(*ino, std::memory_order_relaxed);
-    for_pid_.store(me, std::memory_order_release);
+    for_key_.store(me, std::memory_order_release);
     return ino;
   }
 
  private:
   const char* path_;
-  std::atomic<std::int64_t> for_pid_{0};
+  std::atomic<std::int64_t> for_key_{0};
   std::atomic<std::uint64_t> inode_{0};
 };
 
 }  // namespace
+
+bool has_ended(std::int64_t pid) {
+  switch (probe(pid)) {
+    case liveness::dead: return true;
+    case liveness::zombie: return thread_count(pid) == 1;
+    default: return false;
+  }
+}
 
 std::optional<int> thread_count(std::int64_t pid) {
   if (!valid_pid(pid) || !proc_is_own()) return std::nullopt;
@@ -219,15 +242,16 @@ std::optional<std::uint64_t> time_namespace() {
 }
 
 bool proc_is_own() {
-  // Per pid, so that a child forked into a new pid namespace asks again.
+  // Per process (self_key()), so that a child forked into a new pid
+  // namespace asks again.
   static std::atomic<std::int64_t> answered_for{0};
   static std::atomic<bool> own{true};
-  const std::int64_t me = ::getpid();
-  if (answered_for.load() != me) {
+  const std::int64_t key = self_key();
+  if (answered_for.load() != key) {
     char buf[32] = {};
     const ssize_t n = calls.readlinkat(AT_FDCWD, "/proc/self", buf, sizeof buf - 1);
-    own = n > 0 && std::strtoll(buf, nullptr, 10) == me;
-    answered_for = me;
+    own = n > 0 && std::strtoll(buf, nullptr, 10) == ::getpid();
+    answered_for = key;
   }
   return own;
 }

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <thread>
 
 #include "offload_lock/lock.hpp"
 #include "support.hpp"
@@ -185,6 +186,23 @@ TEST_CASE("cli: acquire --pid, and the keeper releases when that process exits",
   r = run_cli(with_lock(d, {"acquire", "--pid", std::to_string(dead_pid())}));
   CHECK(r.code == 4);
   one_line_error(r);
+}
+
+TEST_CASE("cli: acquire --pid keeps the lock while that process's main thread has ended but another works",
+          "[cli]") {
+  temp_dir d;
+  child half(self_exe(), {"--child", "main-exits", "60"});
+  REQUIRE(half.read_line(30s) == std::optional<std::string>("ready"));
+  REQUIRE(eventually([&] { return process_state(half.pid()) == 'Z'; }, 10s));
+  REQUIRE(run_cli(with_lock(d, {"acquire", "--pid", std::to_string(half.pid())})).code == 0);
+  // A zombie to /proc, but still at work: the keeper keeps the lock.
+  for (int k = 0; k < 6; ++k) {
+    std::this_thread::sleep_for(500ms);
+    CHECK(run_cli(with_lock(d, {"acquire", "--wait", "0"})).code == 1);
+  }
+  half.kill(SIGKILL);
+  (void)half.wait();
+  CHECK(eventually([&] { return !fs::exists(d.lock()); }, 30s));
 }
 
 TEST_CASE("cli: run holds the lock for CMD and exits with CMD's status", "[cli]") {

@@ -149,14 +149,27 @@ TEST_CASE("another's lease counts as expired only after a chain of zero readings
     read(longer, 1100, 0, 3);
     CHECK(longer.expired());
   }
-  SECTION("a reading that failed breaks the chain; a lease that is gone has expired") {
+  SECTION("a reading that failed, or says there is no such lease, breaks the chain and is never acted on") {
     etcd::expiry_reckoner r(7);
     for (std::int64_t t = 0; t <= 900; t += 50) read(r, t, 0);
     r.missed(1000);
     CHECK(r.next_reading() == 1000);
     read(r, 1100, 0);
     CHECK_FALSE(r.expired());
-    read(r, 1150, -1, 0);
-    CHECK(r.expired());
+    // "No such lease" (a leader just elected that has not applied the
+    // grant says so of a live one): not expired, and the chain starts again.
+    etcd::expiry_reckoner g(9);
+    for (std::int64_t t = 0; t <= 900; t += 50) read(g, t, 0);
+    read(g, 950, -1, 0);
+    CHECK_FALSE(g.expired());
+    CHECK(g.next_reading() == 952 + etcd::expiry_poll_ms);
+    read(g, 1100, 0);
+    CHECK_FALSE(g.expired());  // a chain a second long before 1,100 would have counted
+    for (std::int64_t t = 1150; t < 2122; t += 50) {
+      read(g, t, 0);
+      CHECK_FALSE(g.expired());
+    }
+    read(g, 2122, 0);
+    CHECK(g.expired());
   }
 }

@@ -123,6 +123,36 @@ TEST_CASE("etcd: one member of three killed leaves holders and new acquisitions 
   CHECK(etcd_cli(c, "gpu", {"status"}).code == 1);
 }
 
+TEST_CASE("etcd: a holder keeps its lease while the member it asks first stops answering (TTL 3 s)",
+          "[etcd][fault]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c(3);
+  // A follower, stopped: alive to TCP, answering nothing, and no election.
+  int follower = -1;
+  for (int k = 0; k < c.size() && follower < 0; ++k) {
+    offload_lock::detail::etcd::client one(
+        {{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(c.endpoint(k).substr(std::string("127.0.0.1:").size())))}});
+    auto st = one.status(soon());
+    REQUIRE(st);
+    if (st->leader != st->member) follower = k;
+  }
+  REQUIRE(follower >= 0);
+  std::string eps = c.endpoint(follower);
+  for (int k = 0; k < c.size(); ++k)
+    if (k != follower) eps += "," + c.endpoint(k);
+  // The follower first: every call of the holder's goes to it first.
+  child h(cli_exe(), {"--lock", "etcd://" + eps + "/stuck", "--ttl", "3s", "hold", "--label", "H"});
+  (void)acquired(h);
+  c.stop(follower);
+  // Longer than the TTL: each renewal gives the stopped member its share
+  // of the time left and asks the others in time.
+  CHECK(!eventually([&] { return h.err_text().find("WARNING") != std::string::npos; }, 5s));
+  c.resume(follower);
+  h.close_stdin();
+  CHECK(h.wait(30s) == 0);
+  CHECK(h.err_text().find("WARNING") == std::string::npos);
+}
+
 TEST_CASE("etcd: the quorum lost stops new acquisitions and tells holders within the TTL", "[etcd][fault]") {
   ETCD_OR_SKIP();
   etcd_cluster c(3);

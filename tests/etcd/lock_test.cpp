@@ -382,6 +382,25 @@ TEST_CASE("etcd lock: acquire keeps it for --pid until that process exits, and r
   sleeper2.kill(SIGKILL);
 }
 
+TEST_CASE("etcd lock: acquire --pid keeps it while that process's main thread has ended but another works",
+          "[etcd]") {
+  ETCD_OR_SKIP();
+  etcd_cluster c;
+  child half(self_exe(), {"--child", "main-exits", "60"});
+  REQUIRE(half.read_line(30s) == std::optional<std::string>("ready"));
+  REQUIRE(eventually([&] { return process_state(half.pid()) == 'Z'; }, 10s));
+  // A short TTL: the keeper looks at the process every renewal (667 ms).
+  REQUIRE(etcd_cli(c, "half", {"--ttl", "2s", "acquire", "--pid", std::to_string(half.pid())}).code == 0);
+  // A zombie to /proc, but still at work: held for as long as it works.
+  for (int k = 0; k < 6; ++k) {
+    std::this_thread::sleep_for(500ms);
+    CHECK(etcd_cli(c, "half", {"status"}).code == 0);
+  }
+  half.kill(SIGKILL);
+  (void)half.wait();
+  CHECK(eventually_every_50ms([&] { return etcd_cli(c, "half", {"status"}).code == 1; }, 30s));
+}
+
 TEST_CASE("etcd lock: a holder whose key is removed is told, as for a local lock (hold exit 5, run --on-lost term)",
           "[etcd]") {
   ETCD_OR_SKIP();
@@ -398,6 +417,21 @@ TEST_CASE("etcd lock: a holder whose key is removed is told, as for a local lock
   CHECK(h.err_text().find("WARNING: the lock " + c.url("lost") + " was removed or replaced by someone else") !=
         std::string::npos);
   CHECK(h.err_text().find("{\"event\":\"lost\",\"path\":\"" + c.url("lost") + "\"") != std::string::npos);
+
+  // A value put over the holder key in place (its create revision kept) by
+  // someone else: told as a loss, and left alone by the release.
+  {
+    child o(cli_exe(), etcd_args(c, "over", {"--json", "hold", "--label", "O"}));
+    (void)acquired(o);
+    REQUIRE(cl.txn({}, {{etcd::txn_op::kind::put, "/offload-lock/lock/over/holder", "theirs", 0, false}}, {}, soon()));
+    CHECK(eventually_every_50ms([&] { return o.err_text().find("WARNING") != std::string::npos; }, 30s));
+    o.close_stdin();
+    CHECK(o.wait(30s) == 5);
+    auto left = cl.range("/offload-lock/lock/over/holder", false, soon());
+    REQUIRE(left);
+    REQUIRE(left->kvs.size() == 1);
+    CHECK(left->kvs[0].value == "theirs");
+  }
 
   temp_dir d;
   const std::string started = (d.path / "started").string();
