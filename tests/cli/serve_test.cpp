@@ -169,14 +169,19 @@ TEST_CASE("serve answers the page, status.json, metrics and history.json, and no
   CHECK(eventually([&] { return json::parse(request(srv.port, "/status.json").body)["token"] == l2->token(); }));
   CHECK(l2->token() != before);
 
+  // The history's sums follow the board: the watching thread sums them
+  // after it has seen the change, so the third acquisition is counted a
+  // moment after the new holder shows.
+  const std::string counted =
+      "offload_lock_acquisitions_total{lock=\"" + d.lock() + "\",gpu=\"0\",outcome=\"acquired\"} 3";
+  CHECK(eventually([&] { return request(srv.port, "/metrics").body.find(counted) != std::string::npos; }));
   auto m = request(srv.port, "/metrics");
   const std::string again = request(srv.port, "/metrics").body;  // from the kept answer, or made again: the same
   CHECK(m.status == 200);
   CHECK(again.find("offload_lock_held{") != std::string::npos);
   CHECK_THAT(m.headers["Content-Type"], Catch::StartsWith("text/plain; version=0.0.4"));
   CHECK_THAT(m.body, Catch::Contains("offload_lock_held{lock=\"" + d.lock() + "\",gpu=\"0\"} 1") &&
-                         Catch::Contains("offload_lock_acquisitions_total{lock=\"" + d.lock() +
-                                         "\",gpu=\"0\",outcome=\"acquired\"} 3"));
+                         Catch::Contains(counted));
 
   auto h = request(srv.port, "/history.json");
   CHECK(h.status == 200);
