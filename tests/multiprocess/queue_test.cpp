@@ -140,27 +140,47 @@ TEST_CASE("a stopped head is passed over, and served once it resumes", "[multipr
   const std::string log = (d.path / "order").string();
   write_file(log, "");
   cli_holder holder(d);
-  auto ws = queue_up(d, log, 4);
+  // Each CMD logs its name and the meta.json it holds under.
+  std::vector<std::unique_ptr<child>> ws;
+  for (int k = 1; k <= 4; ++k) {
+    const std::string name = "w" + std::to_string(k);
+    ws.push_back(std::make_unique<child>(
+        cli_exe(), with_lock(d, {"run", "--wait", "60", "--label", name, "--", "sh", "-c",
+                                 "echo \"$0 $(cat \"$2\")\" >> \"$1\"", name, log, d.lock() + "/meta.json"})));
+    until_queued(d, static_cast<std::size_t>(k));
+  }
+  const auto names = [&] {
+    std::vector<std::string> out;
+    for (const auto& l : lines_of(log)) out.push_back(l.substr(0, l.find(' ')));
+    return out;
+  };
   REQUIRE(stop_process(ws[0]->pid()));
   const auto began = std::chrono::steady_clock::now();
   holder.release();
   // w2 after the grace, then w3 and w4 at once: each holder's meta.json
   // says whom it passed over, so the stopped w1 is given its grace once.
-  REQUIRE(eventually([&] { return lines_of(log).size() == 3; }));
+  REQUIRE(eventually([&] { return names().size() == 3; }));
   const auto took = std::chrono::duration_cast<ms>(std::chrono::steady_clock::now() - began).count();
   WARN("three waiters behind a stopped head were served within " << took << " ms");
-#if !defined(__SANITIZE_THREAD__)
-  // (Under ThreadSanitizer every CLI process here runs instrumented and
-  // many times slower; one of the waiters' one-second looks has been seen
-  // to come first there. The order below is checked in every build.)
-  CHECK(took < 550);
-#endif
+  // That w3 and w4 did not give w1 a grace of their own is what their
+  // meta.json says: w1's entry passed over, handed on from w2 (the time
+  // above is a figure for the reader; a loaded machine adds to it).
+  const std::string w1_entry = "/" + std::to_string(ws[0]->pid()) + "-";
+  const auto first = lines_of(log);
+  for (const auto& l : std::vector<std::string>(first.begin(), first.begin() + 3)) {
+    INFO(l);
+    const auto meta = nlohmann::json::parse(l.substr(l.find(' ') + 1));
+    REQUIRE(meta.contains("passedOver"));
+    bool listed = false;
+    for (const auto& e : meta["passedOver"]) listed = listed || e.get<std::string>().find(w1_entry) != std::string::npos;
+    CHECK(listed);
+  }
   // A single try does not wait for it either, beyond the grace.
   for (auto& w : {ws[1].get(), ws[2].get(), ws[3].get()}) CHECK(w->wait(30s) == std::optional<int>(0));
   CHECK(run_cli(with_lock(d, {"run", "--wait", "0", "--", "true"})).code == 0);
   ws[0]->kill(SIGCONT);
   for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
-  CHECK(lines_of(log) == std::vector<std::string>{"w2", "w3", "w4", "w1"});
+  CHECK(names() == std::vector<std::string>{"w2", "w3", "w4", "w1"});
 }
 
 TEST_CASE("a single try is busy while the lock is held, queue or not", "[multiprocess][queue][cli]") {
