@@ -34,12 +34,16 @@ struct cli_holder {
   }
 };
 
-// A queued `run` that appends `name` to `log` once it holds the lock.
+// A queued `run` that appends `name` to `log` once it holds the lock; with
+// `log_meta`, `name`, a space and the meta.json it holds under.
 std::unique_ptr<child> queued_run(const temp_dir& d, const std::string& name, const std::string& log,
-                                  std::vector<std::string> extra = {}) {
+                                  std::vector<std::string> extra = {}, bool log_meta = false) {
   std::vector<std::string> args = {"run", "--wait", "60", "--label", name};
   args.insert(args.end(), extra.begin(), extra.end());
-  for (const char* a : {"--", "sh", "-c", "echo \"$0\" >> \"$1\"", name.c_str(), log.c_str()}) args.emplace_back(a);
+  const std::string meta = d.lock() + "/meta.json";
+  for (const char* a : {"--", "sh", "-c", log_meta ? "echo \"$0 $(cat \"$2\")\" >> \"$1\"" : "echo \"$0\" >> \"$1\"",
+                        name.c_str(), log.c_str(), meta.c_str()})
+    args.emplace_back(a);
   return std::make_unique<child>(cli_exe(), with_lock(d, args));
 }
 
@@ -49,10 +53,11 @@ void until_queued(const temp_dir& d, std::size_t n) {
 }
 
 // w1..wN queued one after another (each listed before the next starts).
-std::vector<std::unique_ptr<child>> queue_up(const temp_dir& d, const std::string& log, int n) {
+std::vector<std::unique_ptr<child>> queue_up(const temp_dir& d, const std::string& log, int n,
+                                             bool log_meta = false) {
   std::vector<std::unique_ptr<child>> ws;
   for (int k = 1; k <= n; ++k) {
-    ws.push_back(queued_run(d, "w" + std::to_string(k), log));
+    ws.push_back(queued_run(d, "w" + std::to_string(k), log, {}, log_meta));
     until_queued(d, static_cast<std::size_t>(k));
   }
   return ws;
@@ -141,14 +146,7 @@ TEST_CASE("a stopped head is passed over, and served once it resumes", "[multipr
   write_file(log, "");
   cli_holder holder(d);
   // Each CMD logs its name and the meta.json it holds under.
-  std::vector<std::unique_ptr<child>> ws;
-  for (int k = 1; k <= 4; ++k) {
-    const std::string name = "w" + std::to_string(k);
-    ws.push_back(std::make_unique<child>(
-        cli_exe(), with_lock(d, {"run", "--wait", "60", "--label", name, "--", "sh", "-c",
-                                 "echo \"$0 $(cat \"$2\")\" >> \"$1\"", name, log, d.lock() + "/meta.json"})));
-    until_queued(d, static_cast<std::size_t>(k));
-  }
+  auto ws = queue_up(d, log, 4, true);
   const auto names = [&] {
     std::vector<std::string> out;
     for (const auto& l : lines_of(log)) out.push_back(l.substr(0, l.find(' ')));
