@@ -52,7 +52,13 @@ std::optional<std::uint64_t> time_namespace();
 // a pid namespace that kept its parent's /proc (`unshare --pid --fork`
 // without --mount-proc, a container that sees the host's /proc).
 bool proc_is_own();
+// This process's pid (asked of the kernel once per process: a child of
+// fork() asks again).
 std::int64_t self_pid();
+// How many forks lie between the process that loaded the library and this
+// one (each child of fork() counts one more than its parent): what tells a
+// child's cached values from its parent's even where their pids are equal.
+std::int64_t fork_generation();
 std::uint32_t effective_uid();
 // The name of this process's effective user, and of its groups (the
 // supplementary ones and the effective one); nullopt and empty when the

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdio>
 
+#include "os/process.hpp"
 #include "os/test_hooks.hpp"
 #include "posix/common.hpp"
 #include "posix/syscalls.hpp"
@@ -40,20 +41,58 @@ std::int64_t monotonic_us() { return read_us(CLOCK_MONOTONIC, g_last_mono); }
 
 std::int64_t monotonic_ms() { return read_us(CLOCK_MONOTONIC, g_last_mono) / 1000; }
 
-std::string random_hex(std::size_t bytes) {
-  std::string raw(bytes, '\0');
+namespace {
+
+// Fills `out` from getrandom(); false when there is no entropy source.
+bool get_random(unsigned char* out, std::size_t bytes) {
   std::size_t got = 0;
   while (got < bytes) {
-    ssize_t n = calls.getrandom(&raw[got], bytes - got, 0);
+    ssize_t n = calls.getrandom(out + got, bytes - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      // No entropy source at all: fall back to something unique enough for
-      // staging names (pid, time); tokens then stay unique per acquisition.
-      (void)std::snprintf(raw.data(), bytes, "%lx%lx", static_cast<long>(::getpid()),
-                          static_cast<long>(monotonic_ms()));
-      break;
+      return false;
     }
     got += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Each thread's random bytes, drawn from the kernel a pool at a time: an
+// acquisition needs a token and a name or two (28 bytes), and each draw is
+// a system call. A child of fork() never uses what its parent drew (the
+// pool is refilled whenever the fork generation differs), so no two
+// processes make the same token or name.
+struct random_pool {
+  unsigned char bytes[256] = {};
+  std::size_t left = 0;
+  std::int64_t generation = -1;
+};
+
+bool pooled_random(unsigned char* out, std::size_t n) {
+  thread_local random_pool pool;
+  if (n > sizeof pool.bytes) return get_random(out, n);
+  const std::int64_t gen = fork_generation();
+  if (pool.generation != gen || pool.left < n) {
+    pool.left = 0;
+    if (!get_random(pool.bytes, sizeof pool.bytes)) return false;
+    pool.left = sizeof pool.bytes;
+    pool.generation = gen;
+  }
+  unsigned char* from = pool.bytes + (sizeof pool.bytes - pool.left);
+  std::copy(from, from + n, out);
+  std::fill(from, from + n, 0);  // given out once
+  pool.left -= n;
+  return true;
+}
+
+}  // namespace
+
+std::string random_hex(std::size_t bytes) {
+  std::string raw(bytes, '\0');
+  if (!pooled_random(reinterpret_cast<unsigned char*>(raw.data()), bytes)) {
+    // No entropy source at all: fall back to something unique enough for
+    // staging names (pid, time); tokens then stay unique per acquisition.
+    (void)std::snprintf(raw.data(), bytes, "%lx%lx", static_cast<long>(self_pid()), static_cast<long>(monotonic_ms()));
   }
   static const char* hex = "0123456789abcdef";
   std::string out;

@@ -64,7 +64,7 @@ std::string read_small_file(const std::string& path) {
 // whatever pid namespace /proc belongs to): the state letter and the start
 // time in ticks.
 bool read_proc_stat(std::int64_t pid, char& state, std::uint64_t& ticks) {
-  const bool self = pid == ::getpid();
+  const bool self = pid == self_pid();
   if (!self && !proc_is_own()) return false;
   std::string s = read_small_file(self ? std::string("/proc/self/stat") : "/proc/" + std::to_string(pid) + "/stat");
   // The command name is in parentheses and may itself hold spaces and ')'.
@@ -85,6 +85,16 @@ bool read_proc_stat(std::int64_t pid, char& state, std::uint64_t& ticks) {
   return true;
 }
 
+// This process's pid, asked of the kernel once and forgotten in every child
+// of fork(): an acquisition asks for it a dozen times, and getpid() is a
+// system call. The handler that forgets it is registered before any other
+// of the library's (a constructor of the highest priority runs before every
+// static initializer), so no other child handler sees the parent's pid.
+std::atomic<std::int64_t> cached_pid{0};
+__attribute__((constructor(101))) void forget_pid_in_children() {
+  ::pthread_atfork(nullptr, nullptr, [] { cached_pid.store(0, std::memory_order_relaxed); });
+}
+
 // Counted up in every child of fork(): what is cached of this process's
 // own identity is keyed by the pid and this count, so a child reads its own
 // even when its pid is its parent's (pid 1 of a new pid namespace, forked
@@ -98,7 +108,7 @@ const fork_counter installed_fork_counter;
 // The key of this process's own cached values: never 0.
 std::int64_t self_key() {
   constexpr int pid_bits = 23;  // max_pid is 2^22
-  return (forks_seen.load(std::memory_order_relaxed) << pid_bits) | static_cast<std::int64_t>(::getpid());
+  return (forks_seen.load(std::memory_order_relaxed) << pid_bits) | self_pid();
 }
 
 // start_of()'s cache of this process's own start (self_key()).
@@ -146,7 +156,7 @@ std::optional<bool> stopped(std::int64_t pid) {
 
 std::optional<proc_start> start_of(std::int64_t pid) {
   if (!valid_pid(pid)) return std::nullopt;
-  const bool self = pid == ::getpid();
+  const bool self = pid == self_pid();
   std::uint64_t ticks = 0;
   bool cached = false;
   if (self) {
@@ -250,13 +260,22 @@ bool proc_is_own() {
   if (answered_for.load() != key) {
     char buf[32] = {};
     const ssize_t n = calls.readlinkat(AT_FDCWD, "/proc/self", buf, sizeof buf - 1);
-    own = n > 0 && std::strtoll(buf, nullptr, 10) == ::getpid();
+    own = n > 0 && std::strtoll(buf, nullptr, 10) == self_pid();
     answered_for = key;
   }
   return own;
 }
 
-std::int64_t self_pid() { return ::getpid(); }
+std::int64_t fork_generation() { return forks_seen.load(std::memory_order_relaxed); }
+
+std::int64_t self_pid() {
+  std::int64_t pid = cached_pid.load(std::memory_order_relaxed);
+  if (pid == 0) {
+    pid = ::getpid();
+    cached_pid.store(pid, std::memory_order_relaxed);
+  }
+  return pid;
+}
 std::uint32_t effective_uid() { return ::geteuid(); }
 
 std::optional<std::string> effective_user_name() {

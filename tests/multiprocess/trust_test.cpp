@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "offload_lock/offload_lock.hpp"
@@ -219,6 +220,47 @@ TEST_CASE("a forked child neither holds nor releases its parent's lock", "[multi
   CHECK(got[1] == 'L');
   CHECK(l->still_held());
   CHECK_FALSE(l->release());
+}
+
+TEST_CASE("a forked child records its own pid and draws its own tokens, never its parent's", "[multiprocess][trust]") {
+  // The library asks the kernel for its pid once, and draws random bytes a
+  // pool at a time: a child of fork() must ask and draw afresh, or its
+  // meta.json would name its parent and its token would be the one its
+  // parent makes next.
+  temp_dir d;
+  const std::string a = (d.path / "a.lock").string(), b = (d.path / "b.lock").string(),
+                    c = (d.path / "c.lock").string();
+  {
+    auto first = ol::lock::acquire(a, ol::milliseconds(0));
+    REQUIRE(first);
+    REQUIRE(first->pid() == ::getpid());
+  }
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  const pid_t kid = ::fork();
+  if (kid == 0) {
+    auto l = ol::lock::acquire(b, ol::milliseconds(0));
+    const std::string line = l ? std::to_string(l->pid()) + " " + l->token() + "\n" : "failed\n";
+    (void)!::write(report[1], line.data(), line.size());
+    std::_Exit(0);
+  }
+  ::close(report[1]);
+  char buf[256] = {};
+  const ssize_t n = ::read(report[0], buf, sizeof buf - 1);
+  ::close(report[0]);
+  int st = 0;
+  ::waitpid(kid, &st, 0);
+  REQUIRE(n > 0);
+  std::istringstream in(std::string(buf, static_cast<std::size_t>(n)));
+  long long child_pid = 0;
+  std::string child_token;
+  in >> child_pid >> child_token;
+  CHECK(child_pid == kid);
+  auto mine = ol::lock::acquire(c, ol::milliseconds(0));
+  REQUIRE(mine);
+  CHECK(mine->pid() == ::getpid());
+  CHECK_FALSE(child_token.empty());
+  CHECK(child_token != mine->token());
 }
 
 TEST_CASE("the recorded holder's death frees the lock whatever its forked children hold", "[multiprocess][trust]") {
