@@ -94,6 +94,9 @@ result<lock> acquire_one(const plan& p) {
     }
   }
   acquisition a(p);
+  std::vector<target> opened;
+  opened.push_back(std::move(*t));
+  a.use_targets(std::move(opened));
   if (lease && lease->shared) a.share_with(shared_lease{lease->loc, lease_options(p)});
   else if (lease) a.lease_follows();
   auto held = a.run();
@@ -117,6 +120,7 @@ result<lock> acquire_one(const plan& p) {
 // passes straight through (B10).
 result<lock> acquire_among(const plan& p) {
   std::vector<std::shared_ptr<local_gate>> gates;
+  std::vector<target> opened;
   for (int k : p.slots) {
     auto t = open_target(gpu_slot_path(p.base, k));
     if (!t) return t.error();
@@ -129,9 +133,11 @@ result<lock> acquire_among(const plan& p) {
       gate->leave();
     }
     gates.push_back(std::move(gate));
+    opened.push_back(std::move(*t));
   }
   acquisition a(p);
   a.use_gates(gates);
+  a.use_targets(std::move(opened));
   auto held = a.run();
   if (!held) return held.error();
   for (std::size_t i = 0; i < p.slots.size(); ++i)

@@ -50,8 +50,8 @@ const fork_guard installed_fork_guard;
 
 void clean_leftovers_once(const target& t) {
   std::string key = t.path;
-  if (auto st = sys::stat_fd(t.parent.get(), t.path))
-    key += "@" + std::to_string(st->id.dev) + ":" + std::to_string(st->id.ino);  // a directory made again is new
+  if (auto id = parent_identity(t))
+    key += "@" + std::to_string(id->dev) + ":" + std::to_string(id->ino);  // a directory made again is new
   {
     std::lock_guard<std::mutex> g(cleaned_mu);
     if (!cleaned().insert(key).second) return;
@@ -147,7 +147,7 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
     held->dir = std::move(c->dir);
     held->meta_fd = std::move(c->meta);
     held->id = c->id;
-    sys::guard_from_fork(held->meta_fd.get());
+    held->meta_id = sys::guard_from_fork(held->meta_fd.get());
     // In a directory shared with gpulease the same meta.json is the lease.
     if (c->lease) {
       held->lease = std::move(c->lease);
@@ -173,6 +173,10 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
     held->on_yield = p_.hold.on_yield;
     held->priority = rec.priority;
   }
+  // The registry was read through slot 0's parent, which may now go with
+  // the held lock, and be closed by its release: any read from here on
+  // opens the parent itself.
+  place_.reader().borrow_parent(-1);
   held->t = std::move(s.t);
   s.gate_owned = false;  // the gate of the slot taken stays this thread's
   if (const queue_entry* me = place_.me()) held->queue_dir = me->dir;
@@ -239,14 +243,15 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
     return std::shared_ptr<held_state>();
   }
   d->o.dir.reset();  // an open directory holds back IN_DELETE_SELF
-  // Handed over: the releasing holder swapped the staged lock in.
-  if (s.staged && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
+  // Handed over while it looked: the directory it looked at is the staged
+  // one. (A swap after the look renames the staged directory, which its
+  // watch reports: looked at again then.)
+  if (s.staged && d->o.snap.present && s.staged->is(d->o.snap.id)) return take(s, true, nullptr);
   const snapshot& snap = d->o.snap;
   const verdict& v = d->v;
   if (snap.present && !snap.is_dir) return not_a_lock_directory(s.t.path, snap);
   if (v.not_a_lock()) return not_a_lock_error(s.t.path, v);
   s.last = d->i;
-  const std::uint32_t my_uid = place_.me() ? place_.me()->uid : sys::effective_uid();
 
   if (!v.free()) {
     s.clock.held();
@@ -285,6 +290,7 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
     view = place_.view(s.k);
   }
   if (!view.ahead.empty()) {
+    const std::uint32_t my_uid = place_.me() ? place_.me()->uid : sys::effective_uid();
     const queue_entry& front = view.ahead.front();
     const std::int64_t left = cannot_claim(front) ? 0 : s.clock.available(view.ahead, my_uid);
     if (left == 0) {
@@ -402,15 +408,21 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
 result<std::shared_ptr<held_state>> acquisition::run() {
   for (std::size_t i = 0; i < p_.slots.size(); ++i) {
     const int k = p_.slots[i];
-    auto t = open_target(gpu_slot_path(p_.base, k));
-    if (!t) return t.error();
     slot s;
     s.k = k;
-    s.t = std::move(*t);
+    if (i < targets_.size()) {
+      s.t = std::move(targets_[i]);
+    } else {
+      auto t = open_target(gpu_slot_path(p_.base, k));
+      if (!t) return t.error();
+      s.t = std::move(*t);
+    }
     if (i < gates_.size()) s.gate = gates_[i];
     slots_.push_back(std::move(s));
   }
   for (const auto& s : slots_) clean_leftovers_once(s.t);
+  // Every slot's lock lies beside the base path, where the registry is.
+  place_.reader().borrow_parent(slots_.front().t.parent.get());
 
   // Every way out: a staged lock swapped in at the last moment is this
   // waiter's after all (a success for a timeout, released for a cancel).
@@ -557,7 +569,7 @@ result<std::shared_ptr<held_state>> acquisition::run() {
     std::vector<int> fired;
     const auto why = report_.wait_ticking(timeout, [&](std::int64_t ms) { return w_.wait(ms, p_.cancel_fds, &fired); });
     if (why == sys::watcher::wake::extra_fd) return finish(error(errc::cancelled, p_.base));
-    for (auto& s : slots_) s.armed.woken(fired);
+    for (auto& s : slots_) s.armed.woken(fired, w_);
     const int told_before = place_.wakes_told();
     place_.read_wake();
     // Anything but the lock's own watches and a follower's announcement

@@ -51,6 +51,10 @@ class acquisition {
   // thread's; the others are left.
   void use_gates(std::vector<std::shared_ptr<local_gate>> gates);
 
+  // The slots' lock paths, already opened by the caller (the first of them,
+  // or all, in the plan's order): run() opens only those not given.
+  void use_targets(std::vector<target> targets) { targets_ = std::move(targets); }
+
   // The caller takes the gpulease lease once the lock is held (acquire.cpp):
   // the lock is held from run()'s end with its lease still pending
   // (held_state::lease_pending), so nothing asks its holder to make way
@@ -104,6 +108,7 @@ class acquisition {
   void read_queue();
 
   std::vector<std::shared_ptr<local_gate>> gates_;
+  std::vector<target> targets_;
   const plan& p_;
   const process_view pv_;
   std::string token_;

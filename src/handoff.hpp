@@ -46,6 +46,9 @@ class staged_lock {
   // swapped it in. Then it is this waiter's lock. Never once it has been
   // withdrawn or taken (its inode number may name another directory since).
   bool at_lock_path(const target& t) const;
+  // The same answer for a directory already looked at: whether `seen` (its
+  // identity, as a look at the lock path found it) is this one.
+  bool is(const sys::file_id& seen) const { return dir_.valid() && seen == id_; }
   // Takes a free lock path with this directory (renameat2 RENAME_NOREPLACE):
   // true when taken, false when something is there; a system error otherwise.
   result<bool> claim(const target& t);

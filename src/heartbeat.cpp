@@ -26,6 +26,14 @@ namespace {
 // inotify watches. A loss inside that time is noticed at its end.
 constexpr std::int64_t kWatchAfterMs = 20;
 
+// With nothing held, the thread still wakes every kWatchAfterMs for this
+// long after the last acquisition, instead of sleeping until woken: a
+// process taking and releasing the lock again and again then finds it due
+// to wake soon already, and wakes it for none of its acquisitions (each
+// would otherwise wake it once, to find the lock released already and go
+// back to sleep). An idle process's thread sleeps after a few wakes.
+constexpr std::int64_t kLingerMs = 200;
+
 // B7 and loss detection for every lock this process holds, on one thread
 // that lives as long as the process: acquire and release only register and
 // unregister (no thread to start or join per acquisition). The thread
@@ -51,6 +59,7 @@ class heartbeat_service {
     }
     s->registered = true;
     s->held_since = sys::monotonic_ms();
+    last_add_ = s->held_since;
     s->next_touch = s->held_since + s->period();
     entries_.push_back(s);
     // Woken only when it would otherwise sleep past this lock's first
@@ -228,6 +237,7 @@ class heartbeat_service {
           ++it;
         }
         const bool waits = check_now.empty();
+        if (timeout < 0 && sys::monotonic_ms() - last_add_ < kLingerMs) timeout = kWatchAfterMs;
         wakes_at_ = !waits ? sys::monotonic_ms() : timeout < 0 ? -1 : sys::monotonic_ms() + timeout;
       }
       // The lease, once held (outside the service's mutex: the lease has
@@ -298,6 +308,8 @@ class heartbeat_service {
   // When the thread's current wait ends (monotonic ms; -1: it waits for a
   // wake). Under mu_.
   std::int64_t wakes_at_ = -1;
+  // When the last lock was added (monotonic ms). Under mu_.
+  std::int64_t last_add_ = -kLingerMs;
   sys::fd wake_r_, wake_w_;
   bool started_ = false;
 };
@@ -343,9 +355,12 @@ held_state::ownership held_state::check_ours(error* why) const {
     if (meta_fd.valid()) {
       auto named = sys::stat_at(dir.get(), meta_file_name, t.path);
       if (!named) return failed(named.error());
-      auto mine = sys::stat_fd(meta_fd.get(), t.path);
-      if (!mine) return failed(mine.error());
-      if (named->id == mine->id) return ownership::ours;
+      if (!meta_id) {
+        auto mine = sys::stat_fd(meta_fd.get(), t.path);
+        if (!mine) return failed(mine.error());
+        meta_id = mine->id;
+      }
+      if (named->id == *meta_id) return ownership::ours;
     }
   }
   auto mb = sys::read_file_at(dir.get(), meta_file_name, meta_cap, t.path);
@@ -357,6 +372,7 @@ void held_state::drop_proof() {
   std::lock_guard<std::mutex> g(meta_mu);
   sys::unguard_from_fork(meta_fd.get());
   meta_fd.reset();
+  meta_id.reset();
 }
 
 bool held_state::touch() {
@@ -431,7 +447,7 @@ held_state::kept held_state::keep_until_holder_exits() {
           std::lock_guard<std::mutex> g(meta_mu);
           sys::unguard_from_fork(meta_fd.get());
           meta_fd = std::move(*f);
-          sys::guard_from_fork(meta_fd.get());
+          meta_id = sys::guard_from_fork(meta_fd.get());
           proof = true;
         }
       }

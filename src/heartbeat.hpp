@@ -31,6 +31,7 @@ struct held_state {
   // meta_mu: the heartbeat thread may be looking at it (check_ours) while
   // the owner's release closes it.
   sys::fd meta_fd;
+  mutable std::optional<sys::file_id> meta_id;  // meta_fd's file, once known (under meta_mu)
   mutable std::mutex meta_mu;
   sys::file_id id;
   std::int64_t owner_pid = 0;  // the process that took it: a forked child's copy does nothing

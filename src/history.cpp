@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -136,20 +137,27 @@ bool rotate(open_history& h) {
   return open_file(h);
 }
 
-void append(const std::string& base, const std::string& line) {
+// Appends the line `make_line` writes to the history of the lock at `base`;
+// the line is made only where there is a history (most locks keep none,
+// and every acquisition and release asks).
+void append(const std::string& base, const std::function<std::string()>& make_line) {
   state& s = the_state();
   const std::string dir_path = history_dir(base);
   std::lock_guard<std::mutex> g(s.mu);
   auto it = std::find_if(s.open.begin(), s.open.end(), [&](const open_history& h) { return h.dir_path == dir_path; });
+  std::string line;
   if (it != s.open.end()) {
     auto st = sys::log_status_of(it->file.get(), dir_path);
     // Removed (the history stopped, or an old half replaced): start again.
     if (!st || st->links == 0) {
       s.open.erase(it);
       it = s.open.end();
-    } else if (st->st.size + static_cast<std::int64_t>(line.size()) > history_rotate_bytes && !rotate(*it)) {
-      s.open.erase(it);
-      return;
+    } else {
+      line = make_line();
+      if (st->st.size + static_cast<std::int64_t>(line.size()) > history_rotate_bytes && !rotate(*it)) {
+        s.open.erase(it);
+        return;
+      }
     }
   }
   if (it == s.open.end()) {
@@ -159,6 +167,7 @@ void append(const std::string& base, const std::string& line) {
     if (s.open.size() >= kMaxOpen) s.open.erase(s.open.begin());
     s.open.push_back(std::move(h));
     it = s.open.end() - 1;
+    line = make_line();
   }
   (void)sys::append_once(it->file.get(), line, dir_path);
 }
@@ -227,7 +236,6 @@ std::int64_t pid_of_entry(const std::string& name) {
 void record(const std::string& lock_path, history_entry e, std::string_view meta) {
   try {
     e.at = sys::now_ms();
-    e.uid = sys::effective_uid();
     if ((e.event == "hold" || e.event == "idle") && !e.token.empty()) {
       acquired_info a;
       if (recall(e.token, a)) {
@@ -242,7 +250,10 @@ void record(const std::string& lock_path, history_entry e, std::string_view meta
         fill_from_meta(e, meta, e.at);
       }
     }
-    append(base_of(lock_path, e.gpu), history_line(e));
+    append(base_of(lock_path, e.gpu), [&e] {
+      e.uid = sys::effective_uid();
+      return history_line(e);
+    });
   } catch (...) {
     // Out of memory while building a line: the history is best effort.
   }

@@ -40,10 +40,11 @@ bool node_alive(double pid, const process_view& pv) {
 
 // Why the recorded pid no longer names the holder of a lock without a proof
 // of life (B6): dead, a zombie, under another boot, or reused by a process
-// started after the lock was taken.
-std::optional<std::string> pid_gone(const parsed_meta& m, std::int64_t pid, const process_view& pv) {
+// started after the lock was taken. `seen`: what pv.probe(pid) answered.
+std::optional<std::string> pid_gone(const parsed_meta& m, std::int64_t pid, sys::liveness seen,
+                                    const process_view& pv) {
   const std::string p = "holder pid " + std::to_string(pid);
-  switch (pv.probe(pid)) {
+  switch (seen) {
     case sys::liveness::dead:
     case sys::liveness::invalid: return p + " is dead";
     case sys::liveness::zombie: return p + " has exited (zombie)";
@@ -223,12 +224,13 @@ verdict judge(const snapshot& s, std::int64_t now_ms, std::int64_t ttl_ms, std::
   verdict v;
   // pid <= 0 is never signalled (it would address a process group).
   if (judge_pid) {
-    if (pv.probe(pid) == sys::liveness::unknown) {
+    const sys::liveness seen = pv.probe(pid);
+    if (seen == sys::liveness::unknown) {
       v = with(judgment::unknown, "cannot tell whether holder pid " + std::to_string(pid) + " lives (kill failed)");
       v.holder_pid = pid;
       return v;
     }
-    if (auto gone = pid_gone(m, pid, pv)) return with(judgment::stale, *gone);
+    if (auto gone = pid_gone(m, pid, seen, pv)) return with(judgment::stale, *gone);
     v.holder_pid = pid;
   } else if (other_ns && !other_host) {
     // An offload-lock holder of another pid namespace lives exactly as long

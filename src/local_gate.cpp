@@ -151,8 +151,7 @@ void local_gate::leave() {
 
 std::shared_ptr<local_gate> gate_for(const target& t) {
   std::string key = t.name;
-  if (auto st = sys::stat_fd(t.parent.get(), t.path))
-    key = std::to_string(st->id.dev) + ":" + std::to_string(st->id.ino) + "/" + t.name;
+  if (auto id = parent_identity(t)) key = std::to_string(id->dev) + ":" + std::to_string(id->ino) + "/" + t.name;
   std::lock_guard<std::mutex> g(gate_registry_mu());
   auto& slot = gate_registry()[key];
   auto gate = slot.lock();

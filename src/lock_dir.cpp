@@ -18,9 +18,11 @@ bool lock_file_name(const std::string& n) { return n == meta_file_name || n.rfin
 // The names in a lock directory; with `foreign`, the first name that is not
 // part of a lock goes there (and nothing else is returned), otherwise such a
 // name is ENOTEMPTY naming it. A failure to look (EMFILE on a stat, say) is
-// that failure, never taken for a foreign file.
-result<std::vector<std::string>> lock_contents(int dir, const std::string& shown, std::string* foreign = nullptr) {
-  auto names = sys::list_dir(dir, shown);
+// that failure, never taken for a foreign file. With `own`, `dir` is the
+// caller's own descriptor, listed through itself from its start.
+result<std::vector<std::string>> lock_contents(int dir, const std::string& shown, std::string* foreign = nullptr,
+                                               bool own = false) {
+  auto names = own ? sys::list_dir_again(dir, shown) : sys::list_dir(dir, shown);
   if (!names) return names.error();
   for (const auto& n : *names) {
     auto st = sys::stat_at(dir, n, shown + "/" + n);
@@ -62,6 +64,12 @@ result<target> open_target(const std::string& path) {
   return t;
 }
 
+std::optional<sys::file_id> parent_identity(const target& t) {
+  if (!t.parent_id)
+    if (auto st = sys::stat_fd(t.parent.get(), t.path)) t.parent_id = st->id;
+  return t.parent_id;
+}
+
 std::string stage_prefix(const target& t) { return "." + t.name + ".stage-"; }
 std::string aside_prefix(const target& t) { return "." + t.name + ".aside-"; }
 std::string next_prefix(const target& t) { return "." + t.name + ".next-"; }
@@ -84,7 +92,8 @@ error check_lock_contents(int dir, const std::string& shown) {
   return names ? error{} : names.error();
 }
 
-error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown, const char* crash_op) {
+error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown, const char* crash_op,
+                         int own) {
   // Out of descriptors or memory (opening the directory, or listing it,
   // which needs one more): what a lock holds, by path through the parent,
   // then an rmdir, which only ever removes an empty directory (anything else
@@ -101,19 +110,37 @@ error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& 
       return e;
     return sys::unlink_at(dirfd, name, true, shown);
   };
-  auto d = sys::open_dir(dirfd, name, true, shown);
-  if (!d) {
-    if (d.error().code() == std::errc::no_such_file_or_directory) return {};
-    return short_of_resources(d.error()) ? by_path() : d.error();
+  if (own >= 0) {
+    // A holder's own lock holds its meta.json and nothing else, unless a
+    // hand put something there meanwhile: the file goes, then the
+    // directory, and only one that is then not empty is listed (below:
+    // what a lock may hold is removed; anything else stays, ENOTEMPTY).
+    if (auto e = sys::unlink_at(own, meta_file_name, false, shown + "/" + meta_file_name);
+        e && e.code() != std::errc::no_such_file_or_directory)
+      return e;
+    if (crash_op) sys::crash_point(crash_op, "meta-removed");
+    crash_op = nullptr;
+    auto e = sys::unlink_at(dirfd, name, true, shown);
+    if (!e || e.code() != std::errc::directory_not_empty) return e;
   }
-  auto names = lock_contents(d->get(), shown);
+  sys::fd opened;
+  if (own < 0) {
+    auto d = sys::open_dir(dirfd, name, true, shown);
+    if (!d) {
+      if (d.error().code() == std::errc::no_such_file_or_directory) return {};
+      return short_of_resources(d.error()) ? by_path() : d.error();
+    }
+    opened = std::move(*d);
+  }
+  const int dir = own < 0 ? opened.get() : own;
+  auto names = lock_contents(dir, shown, nullptr, own >= 0);
   if (!names) {
     if (!short_of_resources(names.error())) return names.error();
-    d->reset();
+    opened.reset();
     return by_path();
   }
   for (const auto& n : *names)
-    if (auto e = sys::unlink_at(d->get(), n, false, shown + "/" + n)) return e;
+    if (auto e = sys::unlink_at(dir, n, false, shown + "/" + n)) return e;
   if (crash_op) sys::crash_point(crash_op, "meta-removed");
   return sys::unlink_at(dirfd, name, true, shown);
 }

@@ -6,6 +6,7 @@
 #define OFFLOAD_LOCK_SRC_LOCK_DIR_HPP
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "judge.hpp"
@@ -18,7 +19,14 @@ namespace offload_lock::detail {
 struct target {
   std::string path, name;
   sys::fd parent;
+  // The parent's identity, once parent_identity() has asked.
+  mutable std::optional<sys::file_id> parent_id;
 };
+
+// The identity of t's parent directory (one fstat, then remembered): what
+// tells the same lock apart from one whose directory was made again.
+// Nothing when it cannot be looked at.
+std::optional<sys::file_id> parent_identity(const target& t);
 
 // Opens the parent of `path`. bad_input for a path that names no directory;
 // ENAMETOOLONG when the staging names beside it would not fit; the parent's
@@ -46,9 +54,12 @@ error check_lock_contents(int dir, const std::string& shown);
 // removing anything, then unlinks those files and the directory. Never
 // follows a symlink and never descends. Missing is not an error. With
 // crash_op, crash_point(crash_op, "meta-removed") runs between the files and
-// the directory.
+// the directory. With `own`, the directory is this holder's own, open as
+// `own`, and its meta.json is the file the holder has just seen to be its
+// own: that goes first, then the directory, and only one that is not empty
+// then is listed (through `own`, from its start) as above.
 error remove_lock_dir_at(int dirfd, const std::string& name, const std::string& shown,
-                         const char* crash_op = nullptr);
+                         const char* crash_op = nullptr, int own = -1);
 
 // Reads meta.json and the holder's OFD lock through an open lock directory;
 // without meta.json, lists what the directory holds. A failure of this

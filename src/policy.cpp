@@ -142,14 +142,16 @@ std::string policy_path_of(const std::string& lock_path) { return lock_path + po
 site_policy_look look_at_policy(const std::string& lock_path) {
   site_policy_look out;
   out.report.path = policy_path_of(lock_path);
+  const std::string& shown = out.report.path;
+  // Opened by its whole path: most locks have no policy, and every
+  // acquisition looks, so the common answer (none) costs one call. The
+  // directory is opened only to judge a policy that is there.
+  auto f = sys::open_read(sys::cwd, shown, shown);
+  if (!f && f.error().code() == std::errc::no_such_file_or_directory) return out;
   auto t = open_target(lock_path);
   // No parent to look in: no policy (the acquisition says what is wrong).
   if (!t) return out;
-  const std::string name = t->name + policy_suffix;
-  const std::string& shown = out.report.path;
-  auto f = sys::open_read(t->parent.get(), name, shown);
   if (!f) {
-    if (f.error().code() == std::errc::no_such_file_or_directory) return out;
     out.report.state = policy_state::ignored;
     out.report.reason = "cannot be read by this user (" + f.error().code().message() +
                         "): not applied to its acquisitions; make it readable by all (0644)";

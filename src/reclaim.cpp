@@ -51,9 +51,12 @@ mover_lock::mover_lock(int dir_fd) {
 
 mover_lock::~mover_lock() { sys::flock_unlock(fd_); }
 
-result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op) {
-  auto st = sys::stat_at(t.parent.get(), t.name, t.path);
-  if (!st || st->id != id) return removal::changed;
+result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op,
+                             int own) {
+  if (own < 0) {
+    auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+    if (!st || st->id != id) return removal::changed;
+  }
   const std::string aside = aside_prefix(t) + unique_suffix();
   if (auto e = sys::rename_at(t.parent.get(), t.name, aside, t.path)) {
     if (e.code() == std::errc::no_such_file_or_directory) return removal::changed;
@@ -74,7 +77,8 @@ result<removal> remove_exact(const target& t, const sys::file_id& id, const std:
   // back where it was, untouched. Any other failure leaves only our
   // moved-aside name, which the next acquisition cleans up; the lock path
   // itself is already free.
-  if (auto e = remove_lock_dir_at(t.parent.get(), aside, t.path, op)) {
+  // Through `own` only when the name moved is seen to be that directory.
+  if (auto e = remove_lock_dir_at(t.parent.get(), aside, t.path, op, moved ? own : -1)) {
     if (e.code() != std::errc::directory_not_empty) return removal::removed;
     if (sys::rename_noreplace(t.parent.get(), aside, t.name, t.path))
       return error(e.code(), e.context() + "; it is at " + aside + " beside it now");

@@ -45,8 +45,12 @@ class mover_lock {
 // that one is live, and goes back), then deletes it without following
 // symlinks. A directory that turns out to hold what a lock never holds goes
 // back untouched (ENOTEMPTY). `failure` is the message of a failed move;
-// `op` names the crash points ("reclaim", "release").
-result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op);
+// `op` names the crash points ("reclaim", "release"). With `own`, the
+// directory is the caller's own held lock, open as `own`, and the caller
+// has just seen the path name it (release, under the movers' flock): the
+// first check is not made again, and it is emptied through `own`.
+result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op,
+                             int own = -1);
 
 // B4: under a flock on the judged directory (which serializes offload-lock
 // reclaimers), checks again that no live offload-lock process holds it and

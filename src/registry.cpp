@@ -360,26 +360,28 @@ bool registry_reader::open_top() {
   if (fork_generation_ != forks_seen()) {
     fork_generation_ = forks_seen();
     parent_.reset();
+    borrowed_parent_ = -1;
     top_.reset();
     for (auto& [name, ud] : dirs_) ud.open.reset();
   }
-  if (!parent_.valid()) {
+  if (!parent_.valid() && borrowed_parent_ < 0) {
     std::string name;
     auto p = open_parent(base_, name);
     if (!p) return false;
     parent_ = std::move(*p);
   }
+  const int parent = parent_.valid() ? parent_.get() : borrowed_parent_;
   // Looked up by name each time (the last waiter out removes the directory
   // and the next one in makes a new one), opened again only when the name
   // holds another directory than the one held open.
-  auto named = sys::stat_at(parent_.get(), top_name_, top_path_);
+  auto named = sys::stat_at(parent, top_name_, top_path_);
   if (!named || !named->is_dir) {
     top_.reset();
     return false;
   }
   result<sys::stat_info> st = *named;
   if (!top_.valid() || named->id != top_open_id_) {
-    auto d = sys::open_dir(parent_.get(), top_name_, true, top_path_);
+    auto d = sys::open_dir(parent, top_name_, true, top_path_);
     if (!d) {
       top_.reset();
       return false;

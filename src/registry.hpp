@@ -180,6 +180,10 @@ class registry_reader {
   // waiter or a holder watches for the queue's changes.
   const std::string& top_path() const { return top_path_; }
   std::vector<std::string> dir_paths() const;
+  // Looks up the registry through `dirfd`, the lock's parent as its caller
+  // holds it open (and keeps open for as long as this reader reads),
+  // instead of opening the parent itself.
+  void borrow_parent(int dirfd) { borrowed_parent_ = dirfd; }
 
  private:
   struct entry_info {
@@ -230,6 +234,7 @@ class registry_reader {
   unsigned fork_generation_ = forks_seen();
   std::string base_, top_name_, top_path_;
   sys::fd parent_, top_;
+  int borrowed_parent_ = -1;
   sys::file_id top_id_, top_open_id_;
   std::int64_t top_mtime_ = 0;
   bool top_settled_ = false;

@@ -81,7 +81,7 @@ error held_state::release() {
     if (!queue_dir.empty()) tidy_registry(base, queue_dir);
     return lease_lost;
   }
-  auto r = remove_exact(t, id, "cannot release lock " + t.path, "release");
+  auto r = remove_exact(t, id, "cannot release lock " + t.path, "release", dir.get());
   if (!queue_dir.empty()) tidy_registry(base, queue_dir);
   if (!r) return r.error();
   const bool removed = *r == removal::removed;

@@ -72,12 +72,14 @@ void armed_lock::disarm(sys::watcher& w) {
   pid = 0;
 }
 
-void armed_lock::woken(const std::vector<int>& fired) {
+void armed_lock::woken(const std::vector<int>& fired, const sys::watcher& w) {
   if (pid_id >= 0 && std::find(fired.begin(), fired.end(), pid_id) != fired.end()) dead_seen.insert(pid);
-  // The directory's watch fired: it may have been removed (its watch gone
-  // with it) and its inode number given to the next one made. Watched
-  // afresh at the next arm.
-  if (dir_id >= 0 && std::find(fired.begin(), fired.end(), dir_id) != fired.end()) dir_watched = sys::file_id{};
+  // The directory may have left the lock path (removed, its watch gone with
+  // it, and its inode number given to the next one made): watched afresh at
+  // the next arm. One whose contents alone changed (its holder's meta.json
+  // written) is still the one watched.
+  if (dir_id >= 0 && std::find(fired.begin(), fired.end(), dir_id) != fired.end() && w.left_path(dir_id))
+    dir_watched = sys::file_id{};
 }
 
 bool lock_watch::wait_for_change(const target& t, const snapshot& s, const verdict& v, const deadline& until,
@@ -87,7 +89,7 @@ bool lock_watch::wait_for_change(const target& t, const snapshot& s, const verdi
   if (!armed) return true;
   std::vector<int> fired;
   const auto why = w_->wait(until.clamp(*armed), {}, &fired);
-  armed_.woken(fired);
+  armed_.woken(fired, *w_);
   return why != sys::watcher::wake::extra_fd;
 }
 

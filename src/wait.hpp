@@ -59,8 +59,9 @@ struct armed_lock {
   // when the state has changed already.
   std::optional<std::int64_t> arm(sys::watcher& w, const target& t, const snapshot& s, const verdict& v,
                                   std::int64_t poll_ms);
-  // After a wait: notes a holder seen to exit.
-  void woken(const std::vector<int>& fired);
+  // After a wait on `w`: notes a holder seen to exit, and a directory
+  // watched that may have left the lock path.
+  void woken(const std::vector<int>& fired, const sys::watcher& w);
   // Drops this lock's watches from `w`.
   void disarm(sys::watcher& w);
 };

@@ -88,7 +88,13 @@ lease_inputs lease_inputs_from_environment(const std::optional<std::string>& exp
   in.gpu_lock = sys::get_env(env_gpu_lock);
   in.lease_root = sys::get_env(env_lease_root);
   in.state_dir = sys::get_env(env_state_dir);
-  in.cwd = sys::current_directory().value_or("");
+  // The working directory matters only to a relative path (and asking
+  // costs a system call on every acquisition): left empty when every path
+  // given is absolute, as the default root is.
+  bool relative = false;
+  for (const auto* v : {&in.explicit_dir, &in.gpu_lock, &in.lease_root, &in.state_dir})
+    if (auto t = trimmed(*v); t && t->front() != '/') relative = true;
+  if (relative) in.cwd = sys::current_directory().value_or("");
   return in;
 }
 

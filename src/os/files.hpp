@@ -156,7 +156,9 @@ lock_probe write_locked_elsewhere(int f);
 // that proof alive after this process is gone, so in the child of every
 // fork() each of these numbers is pointed at /dev/null (the number stays
 // valid, and closing it later is harmless). See tests/multiprocess/trust_test.cpp.
-void guard_from_fork(int f);
+// Returns the identity of the file guarded (nothing when `f` cannot be
+// looked at, and then it is not guarded).
+std::optional<file_id> guard_from_fork(int f);
 void unguard_from_fork(int f);
 
 // A pipe (read end, write end), both close-on-exec; the read end non-blocking.

@@ -59,6 +59,11 @@ class watcher {
   // event on a watched item, or for one of `extra_fds` to become readable or
   // hang up. With `fired`, the ids of the items that had events.
   wake wait(std::int64_t timeout_ms, const std::vector<int>& extra_fds = {}, std::vector<int>* fired = nullptr);
+  // After a wait: whether the watch_lock() item `id` fired because the
+  // directory it watches may have left its path (removed, moved, renamed
+  // over, or events lost): its watch then no longer follows the lock path.
+  // An item that fired for its contents alone still does.
+  bool left_path(int id) const;
 
  private:
   struct item {
@@ -73,6 +78,7 @@ class watcher {
   int add_inotify(const std::string& path, std::uint32_t mask);
   void drop_wd(int wd);
   bool read_events(std::vector<int>& fired);
+  std::vector<int> left_;  // left_path() as of the last wait
   int ino_ = -1;
   bool ino_tried_ = false;
   int next_id_ = 0;

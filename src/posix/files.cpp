@@ -471,10 +471,10 @@ const fork_guard_installer installed_fork_guard;
 
 }  // namespace
 
-void guard_from_fork(int f) {
-  if (f < 0) return;
+std::optional<file_id> guard_from_fork(int f) {
+  if (f < 0) return std::nullopt;
   struct stat st {};
-  if (::fstat(f, &st) != 0) return;
+  if (::fstat(f, &st) != 0) return std::nullopt;
   std::lock_guard<std::mutex> g(g_guard_mu);
   auto& v = guarded();
   // Entries whose number now names another file were closed unguarded:
@@ -482,6 +482,7 @@ void guard_from_fork(int f) {
   v.erase(std::remove_if(v.begin(), v.end(), [&](const guarded_fd& x) { return x.fd == f || !still_guarded_file(x); }),
           v.end());
   v.push_back({f, st.st_dev, st.st_ino});
+  return file_id{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
 }
 
 void unguard_from_fork(int f) {

@@ -204,6 +204,8 @@ void watcher::unwatch(int id) {
     drain_events(ino_);
 }
 
+bool watcher::left_path(int id) const { return std::find(left_.begin(), left_.end(), id) != left_.end(); }
+
 void watcher::unwatch_all() {
   while (!items_.empty()) unwatch(items_.back().id);
 }
@@ -224,9 +226,15 @@ bool watcher::read_events(std::vector<int>& fired) {
       auto* ev = reinterpret_cast<struct inotify_event*>(p);
       for (const auto& it : items_) {
         if (it.kind == item::pid || it.kind == item::readable) continue;
-        const bool hit = (ev->mask & IN_Q_OVERFLOW) || ev->wd == it.wd ||
-                         (it.kind == item::lock_dir && ev->wd == it.parent_wd && ev->len > 0 && it.name == ev->name);
-        if (hit) fire(it.id);
+        const bool overflow = ev->mask & IN_Q_OVERFLOW;
+        const bool named = it.kind == item::lock_dir && ev->wd == it.parent_wd && ev->len > 0 && it.name == ev->name;
+        if (!overflow && !named && ev->wd != it.wd) continue;
+        fire(it.id);
+        // Anything done to the name in the parent, or to the directory
+        // itself but a change of what it holds.
+        const bool left = overflow || named || (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED | IN_UNMOUNT));
+        if (it.kind == item::lock_dir && left && std::find(left_.begin(), left_.end(), it.id) == left_.end())
+          left_.push_back(it.id);
       }
       p += sizeof(struct inotify_event) + ev->len;
     }
@@ -247,6 +255,7 @@ watcher::wake watcher::wait(std::int64_t timeout_ms, const std::vector<int>& ext
   std::vector<int> local;
   std::vector<int>& out = fired ? *fired : local;
   out.clear();
+  left_.clear();
   const std::int64_t deadline = timeout_ms < 0 ? -1 : deadline_in(timeout_ms);
   for (bool first = true;; first = false) {
     const int r = poll_toward(fds, deadline, first);
