@@ -72,7 +72,8 @@ result<lock> acquire_one(const plan& p) {
   auto t = open_target(gpu_slot_path(p.base, k));
   if (!t) return t.error();
   auto gate = gate_for(*t);
-  const auto e = gate->enter(p.entry.priority, p.until, p.cancel_fds);
+  bool waited = false;
+  const auto e = gate->enter(p.entry.priority, p.until, p.cancel_fds, &waited);
   if (e == local_gate::entered::nested) return acquirer::make(gate, false, k);
   if (e != local_gate::entered::owner) return gate_outcome(e, t->path);
   if (passed_down(p, *gate, *t)) return acquirer::make(gate, true, k);
@@ -94,9 +95,14 @@ result<lock> acquire_one(const plan& p) {
     }
   }
   acquisition a(p);
-  std::vector<target> opened;
-  opened.push_back(std::move(*t));
-  a.use_targets(std::move(opened));
+  // The parent as opened for the gate, unless this thread waited there
+  // behind another (for hours, perhaps: the acquisition then opens the
+  // path afresh, as it stands now).
+  if (!waited) {
+    std::vector<target> opened;
+    opened.push_back(std::move(*t));
+    a.use_targets(std::move(opened));
+  }
   if (lease && lease->shared) a.share_with(shared_lease{lease->loc, lease_options(p)});
   else if (lease) a.lease_follows();
   auto held = a.run();

@@ -90,11 +90,7 @@ result<claim> try_claim(const target& t, const std::string& bytes) {
   if (auto e = make_readable(d->get(), st->mode, shown)) return fail(e);
   auto meta = sys::create_file_at(d->get(), meta_file_name, bytes, meta_mode, staged_meta);
   if (!meta) return fail(meta.error());
-  // meta.json is made with meta_mode minus what masked the directory's
-  // 0777 (the umask, or the parent's default ACL): when that kept every bit
-  // of meta_mode, so did the file, and it needs no chmod.
-  const bool kept = (st->mode & meta_mode) == meta_mode;
-  if (auto e = kept ? error{} : sys::chmod_fd(meta->get(), meta_mode, staged_meta)) return fail(e);
+  if (auto e = sys::chmod_fd(meta->get(), meta_mode, staged_meta)) return fail(e);
   if (auto e = sys::ofd_lock(meta->get(), true)) return fail(e);
   sys::crash_point("acquire.stage-locked");
   sys::crash_point("acquire.meta-written");

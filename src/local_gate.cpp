@@ -80,7 +80,8 @@ void local_gate::own_process() {
   pid_ = me;
 }
 
-local_gate::entered local_gate::enter(int priority, const deadline& until, const std::vector<int>& cancel_fds) {
+local_gate::entered local_gate::enter(int priority, const deadline& until, const std::vector<int>& cancel_fds,
+                                      bool* waited) {
   std::unique_lock<std::mutex> g(mu);
   own_process();
   const std::uint64_t me = this_thread_serial();
@@ -99,6 +100,7 @@ local_gate::entered local_gate::enter(int priority, const deadline& until, const
     return entered::owner;
   }
   if (until.trying()) return entered::busy;
+  if (waited) *waited = true;
   // Behind other threads: in the lock's order, each on a pipe of its own so
   // that a leave wakes only the next one, and the wait can watch the cancel
   // descriptors too.

@@ -46,7 +46,8 @@ class local_gate {
   // Waits, in order of priority then arrival, until no other thread owns the
   // gate, the deadline, or a cancel descriptor (readable or hung up). The
   // owner must leave() once its acquisition fails or its lock is released.
-  entered enter(int priority, const deadline& until, const std::vector<int>& cancel_fds);
+  // With `waited`, whether it waited behind another thread.
+  entered enter(int priority, const deadline& until, const std::vector<int>& cancel_fds, bool* waited = nullptr);
   // The owner gives the gate up: the next thread in line is woken.
   void leave();
 

@@ -53,10 +53,8 @@ mover_lock::~mover_lock() { sys::flock_unlock(fd_); }
 
 result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op,
                              int own) {
-  if (own < 0) {
-    auto st = sys::stat_at(t.parent.get(), t.name, t.path);
-    if (!st || st->id != id) return removal::changed;
-  }
+  auto st = sys::stat_at(t.parent.get(), t.name, t.path);
+  if (!st || st->id != id) return removal::changed;
   const std::string aside = aside_prefix(t) + unique_suffix();
   if (auto e = sys::rename_at(t.parent.get(), t.name, aside, t.path)) {
     if (e.code() == std::errc::no_such_file_or_directory) return removal::changed;

@@ -46,9 +46,9 @@ class mover_lock {
 // symlinks. A directory that turns out to hold what a lock never holds goes
 // back untouched (ENOTEMPTY). `failure` is the message of a failed move;
 // `op` names the crash points ("reclaim", "release"). With `own`, the
-// directory is the caller's own held lock, open as `own`, and the caller
-// has just seen the path name it (release, under the movers' flock): the
-// first check is not made again, and it is emptied through `own`.
+// directory is the caller's own held lock, open as `own` (a release): it is
+// emptied through `own`, its own meta.json first, so one that goes back for
+// holding anything else goes back without it (what is not ours untouched).
 result<removal> remove_exact(const target& t, const sys::file_id& id, const std::string& failure, const char* op,
                              int own = -1);
 
