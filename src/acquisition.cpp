@@ -140,6 +140,7 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
     w_.unwatch(s.staged_watch);
     s.staged_watch = -1;
     held->dir = s.staged->take_dir();
+    held->meta_id = s.staged->meta_id();
     held->meta_fd = s.staged->take_meta();
     held->id = s.staged->id();
     s.staged.reset();

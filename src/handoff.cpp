@@ -55,7 +55,7 @@ std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::strin
   s->meta_ = std::move(*m);
   if (sys::rename_noreplace(t.parent.get(), building, s->name_, s->shown_)) return fail();
   renamed = true;
-  sys::guard_from_fork(s->meta_.get());
+  s->meta_id_ = sys::guard_from_fork(s->meta_.get());
   s->id_ = st->id;
   s->bytes_ = meta;
   sys::crash_point("handoff.staged");
@@ -150,7 +150,7 @@ error staged_lock::rewrite_meta(const std::string& meta) {
     (void)sys::unlink_at(dir_.get(), tmp, false, shown_);
     return e;
   }
-  sys::guard_from_fork(m->get());
+  meta_id_ = sys::guard_from_fork(m->get());
   sys::unguard_from_fork(meta_.get());
   meta_ = std::move(*m);
   bytes_ = meta;

@@ -18,6 +18,7 @@
 #define OFFLOAD_LOCK_SRC_HANDOFF_HPP
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -67,6 +68,9 @@ class staged_lock {
   error rewrite_meta(const std::string& meta);
   // The bytes of its meta.json as last written.
   const std::string& meta_bytes() const { return bytes_; }
+  // The identity of its meta.json as last written (kept by the holder:
+  // heartbeat.hpp held_state::meta_id); nothing when it was not looked at.
+  const std::optional<sys::file_id>& meta_id() const { return meta_id_; }
   // Hands the directory and its meta.json over to the holder.
   sys::fd take_dir();
   sys::fd take_meta();
@@ -76,6 +80,7 @@ class staged_lock {
   sys::fd parent_, dir_, meta_;
   std::string name_, path_, shown_, lock_name_, lock_path_, bytes_;
   sys::file_id id_;
+  std::optional<sys::file_id> meta_id_;
   bool taken_ = false;
 };
 

@@ -19,8 +19,8 @@ std::optional<std::string> inherited_token(const target& t, std::int64_t ttl, st
   if (auto env_path = inherited_path()) {
     auto other = open_target(*env_path);
     if (!other || other->name != t.name) return std::nullopt;
-    auto a = sys::stat_fd(other->parent.get(), *env_path), b = sys::stat_fd(t.parent.get(), t.path);
-    if (!a || !b || a->id != b->id) return std::nullopt;
+    auto a = parent_identity(*other), b = parent_identity(t);
+    if (!a || !b || *a != *b) return std::nullopt;
   }
   auto d = inspect_target(t, ttl, grace, process_view::real(), nullptr, false);
   if (!d || !d->i.held || d->i.token != *token) return std::nullopt;

@@ -7,10 +7,10 @@ namespace offload_lock {
 std::string lock_identity(const std::string& path) {
   auto t = detail::open_target(path);
   if (!t) return path;
-  auto st = detail::sys::stat_fd(t->parent.get(), t->path);
-  if (!st) return path;
+  auto id = detail::parent_identity(*t);
+  if (!id) return path;
   // As the in-process queue keys its gates (src/local_gate.cpp).
-  return std::to_string(st->id.dev) + ":" + std::to_string(st->id.ino) + "/" + t->name;
+  return std::to_string(id->dev) + ":" + std::to_string(id->ino) + "/" + t->name;
 }
 
 }  // namespace offload_lock

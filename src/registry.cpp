@@ -357,8 +357,8 @@ bool registry_reader::open_top() {
   // Directories held open are listed through their own descriptors (their
   // offsets rewound): a forked child shares those offsets with its parent,
   // so it opens its own.
-  if (fork_generation_ != forks_seen()) {
-    fork_generation_ = forks_seen();
+  if (fork_generation_ != sys::fork_generation()) {
+    fork_generation_ = sys::fork_generation();
     parent_.reset();
     borrowed_parent_ = -1;
     top_.reset();
@@ -420,18 +420,6 @@ bool registry_reader::open_top() {
   }
   return true;
 }
-
-namespace {
-std::atomic<unsigned> forks{0};
-struct fork_counter {
-  fork_counter() noexcept {
-    sys::on_fork(nullptr, nullptr, [] { forks.fetch_add(1, std::memory_order_relaxed); });
-  }
-};
-const fork_counter installed_fork_counter;
-}  // namespace
-
-unsigned registry_reader::forks_seen() { return forks.load(std::memory_order_relaxed); }
 
 std::map<std::string, registry_reader::entry_info>& registry_reader::known() {
   thread_local std::map<std::string, entry_info> k;

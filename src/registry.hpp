@@ -33,6 +33,7 @@
 
 #include "offload_lock/waiters.hpp"
 #include "os/files.hpp"
+#include "os/process.hpp"
 
 namespace offload_lock::detail {
 
@@ -229,9 +230,8 @@ class registry_reader {
   // before use). A waiter that acquires again and again, and a releaser,
   // parse each entry once.
   static std::map<std::string, entry_info>& known();
-  // How many forks this process's line has made (a child counts its own).
-  static unsigned forks_seen();
-  unsigned fork_generation_ = forks_seen();
+  // sys::fork_generation() when the descriptors below were opened.
+  std::int64_t fork_generation_ = sys::fork_generation();
   std::string base_, top_name_, top_path_;
   sys::fd parent_, top_;
   int borrowed_parent_ = -1;

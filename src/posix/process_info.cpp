@@ -87,23 +87,24 @@ bool read_proc_stat(std::int64_t pid, char& state, std::uint64_t& ticks) {
 
 // This process's pid, asked of the kernel once and forgotten in every child
 // of fork(): an acquisition asks for it a dozen times, and getpid() is a
-// system call. The handler that forgets it is registered before any other
-// of the library's (a constructor of the highest priority runs before every
-// static initializer), so no other child handler sees the parent's pid.
+// system call.
 std::atomic<std::int64_t> cached_pid{0};
-__attribute__((constructor(101))) void forget_pid_in_children() {
-  ::pthread_atfork(nullptr, nullptr, [] { cached_pid.store(0, std::memory_order_relaxed); });
-}
 
 // Counted up in every child of fork(): what is cached of this process's
 // own identity is keyed by the pid and this count, so a child reads its own
 // even when its pid is its parent's (pid 1 of a new pid namespace, forked
 // from pid 1 of another).
 std::atomic<std::int64_t> forks_seen{0};
-struct fork_counter {
-  fork_counter() noexcept { on_fork(nullptr, nullptr, [] { forks_seen.fetch_add(1); }); }
-};
-const fork_counter installed_fork_counter;
+
+// One child handler does both, registered before any other of the
+// library's (a constructor of the highest priority runs before every static
+// initializer), so no other child handler sees the parent's pid or count.
+__attribute__((constructor(101))) void renew_identity_in_children() {
+  ::pthread_atfork(nullptr, nullptr, [] {
+    cached_pid.store(0, std::memory_order_relaxed);
+    forks_seen.fetch_add(1, std::memory_order_relaxed);
+  });
+}
 
 // The key of this process's own cached values: never 0.
 std::int64_t self_key() {
