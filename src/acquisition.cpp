@@ -190,13 +190,26 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   return held;
 }
 
-void acquisition::stage(slot& s) {
+void acquisition::stage(slot& s, bool publish) {
   // A directory shared with gpulease is never swapped for another: it is
   // gpulease's container, holding its files.
-  if (s.staged || !place_.me() || shared_) return;
+  if (!place_.me() || shared_) return;
+  if (s.staged && (s.staged->published() || !publish)) return;
   meta_record rec = record_for(s);
-  s.staged = staged_lock::make(s.t, place_.me()->stem(), serialize(rec));
-  if (!s.staged) return;
+  if (s.staged) {
+    // Made as this waiter joined, far back in line: put where the releaser
+    // looks, its record as of now.
+    if (s.staged->publish(s.t, serialize(rec))) {
+      // Left private: out of the handoff (the releaser then releases
+      // plainly). A withdrawal that finds it at the lock path leaves it for
+      // the next look to take.
+      if (!s.staged->withdraw(s.t)) s.staged.reset();
+      return;
+    }
+  } else {
+    s.staged = staged_lock::make(s.t, place_.me()->stem(), serialize(rec), publish);
+    if (!s.staged || !publish) return;
+  }
   s.staged_at = rec.started_at;
   s.staged_watch = w_.watch_lock(s.staged->path(), false);
   s.staged_touch_at = sys::monotonic_ms() + refresh_period(p_.judge.ttl_ms);
@@ -235,7 +248,7 @@ result<detailed> acquisition::look(slot& s) {
 result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool active) {
   // Handed over: the releasing holder swapped the staged lock in. One stat
   // says so, before any look (the way to holding after a handoff).
-  if (s.staged && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
+  if (s.staged && s.staged->published() && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
   auto d = look(s);
   if (!d) {
     // Not even a stat of the lock path: unknown, looked at again.
@@ -363,6 +376,9 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
     }
     s.gate_owned = true;
   }
+  // A private one (made far back in line) says who holds as of now before it
+  // is renamed in.
+  if (s.staged && !s.staged->published()) stage(s, true);
   if (s.staged) {
     auto c = s.staged->claim(s.t);
     if (c && *c) return take(s, true, nullptr);
@@ -443,8 +459,9 @@ result<std::shared_ptr<held_state>> acquisition::run() {
     bool active = !queueing || (!place_.joined() && !trying);
     // Handed over while asleep: one stat per staged slot says so, before
     // anything is read (the way from the swap to holding).
+    // (A private one is never swapped in.)
     for (auto& s : slots_)
-      if (s.staged && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
+      if (s.staged && s.staged->published() && s.staged->at_lock_path(s.t)) return take(s, true, nullptr);
     std::optional<queue_view> primary;
     if (place_.joined() && !queue_news_) {
       // Woken only by the lock (a holder came or went) or by a follower
@@ -514,7 +531,7 @@ result<std::shared_ptr<held_state>> acquisition::run() {
       if (active) {
         if (p_.one_slot) {
           slot& s = slots_.front();
-          stage(s);
+          stage(s, true);
           if (s.staged) {
             const std::int64_t now = sys::monotonic_ms();
             if (now >= s.staged_touch_at) {
@@ -534,15 +551,18 @@ result<std::shared_ptr<held_state>> acquisition::run() {
         // queue at each change of the lock.
         if (primary && primary->own_pred && !place_.follow(*primary->own_pred)) queue_news_ = true;
       } else {
-        // Far back: no lock watch and no staged lock; asleep on the exit of
-        // this user's waiter just ahead and on the wake channel.
+        // Far back: no lock watch and no published staged lock; asleep on
+        // the exit of this user's waiter just ahead and on the wake
+        // channel. Its staged lock is made now, privately, so that moving
+        // up makes no file.
         for (auto& s : slots_)
-          if (s.staged) {
+          if (s.staged && s.staged->published()) {
             w_.unwatch(s.staged_watch);
             s.staged_watch = -1;
             if (s.staged->withdraw(s.t)) return take(s, true, nullptr);
             s.staged.reset();
           }
+        if (p_.one_slot) stage(slots_.front(), false);
         bool followed = true;
         if (primary && primary->own_pred) {
           const queue_entry& pred = *primary->own_pred;

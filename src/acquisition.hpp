@@ -100,8 +100,9 @@ class acquisition {
                                            const std::string* written = nullptr);
   void arm(slot& s, const detailed& d, round& r, bool active);
   result<detailed> look(slot& s);
-  void stage(slot& s);
-  void unstage(slot& s);
+  // Stages this waiter's lock for slot `s` (handoff.hpp): published where a
+  // releaser looks, or (without `publish`) made only, under a private name.
+  void stage(slot& s, bool publish);
   result<std::shared_ptr<held_state>> withdraw_all();
   meta_record record_for(const slot& s);
   bool queue_seen() const { return queue_read_; }

@@ -15,7 +15,8 @@
 
 namespace offload_lock::detail {
 
-std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::string& stem, const std::string& meta) {
+std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::string& stem, const std::string& meta,
+                                               bool publish) {
   std::unique_ptr<staged_lock> s(new staged_lock());
   s->name_ = next_prefix(t) + stem;
   std::string parent, name;
@@ -30,7 +31,8 @@ std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::strin
   // Built under a private name and renamed in once complete: a releaser
   // waiting for it (hand_to_next) is woken by that rename, and never finds
   // it half made.
-  const std::string building = stage_prefix(t) + unique_suffix();
+  s->building_ = stage_prefix(t) + unique_suffix();
+  const std::string& building = s->building_;
   if (sys::mkdir_at(t.parent.get(), building, 0777, s->shown_)) {
     s->taken_ = true;
     return nullptr;
@@ -53,13 +55,28 @@ std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::strin
   auto m = sys::create_file_at(s->dir_.get(), meta_file_name, meta, 0644, s->shown_);
   if (!m || sys::chmod_fd(m->get(), 0644, s->shown_) || sys::ofd_lock(m->get(), true)) return fail();
   s->meta_ = std::move(*m);
-  if (sys::rename_noreplace(t.parent.get(), building, s->name_, s->shown_)) return fail();
-  renamed = true;
+  if (publish) {
+    if (sys::rename_noreplace(t.parent.get(), building, s->name_, s->shown_)) return fail();
+    renamed = true;
+    s->published_ = true;
+  }
   s->meta_id_ = sys::guard_from_fork(s->meta_.get());
   s->id_ = st->id;
   s->bytes_ = meta;
-  sys::crash_point("handoff.staged");
+  if (publish) sys::crash_point("handoff.staged");
   return s;
+}
+
+error staged_lock::publish(const target& t, const std::string& meta) {
+  if (published_) return {};
+  if (meta != bytes_) {
+    if (auto e = sys::rewrite_fd(meta_.get(), meta, shown_)) return e;
+    bytes_ = meta;
+  }
+  if (auto e = sys::rename_noreplace(t.parent.get(), building_, name_, shown_)) return e;
+  published_ = true;
+  sys::crash_point("handoff.staged");
+  return {};
 }
 
 staged_lock::~staged_lock() {
@@ -97,11 +114,12 @@ bool staged_lock::at_lock_path(const target& t) const {
 }
 
 result<bool> staged_lock::claim(const target& t) {
-  if (auto e = sys::rename_noreplace(t.parent.get(), name_, t.name, t.path)) {
+  if (auto e = sys::rename_noreplace(t.parent.get(), current_name(), t.name, t.path)) {
     if (e.code() == std::errc::file_exists || e.code() == std::errc::directory_not_empty) return false;
     if (e.code() == std::errc::no_such_file_or_directory && at_lock_path(t)) return true;  // swapped in meanwhile
     return e;
   }
+  published_ = true;  // out of its private name: withdrawn from where it is now
   sys::crash_point("handoff.claimed");
   return true;
 }
@@ -116,10 +134,11 @@ bool staged_lock::withdraw(const target& t) {
   };
   const std::string aside = aside_prefix(t) + unique_suffix();
   // First out of reach of a swap: under a private name no releaser looks at.
-  if (sys::rename_at(t.parent.get(), name_, aside, shown_)) {
+  const std::string from = current_name();
+  if (sys::rename_at(t.parent.get(), from, aside, shown_)) {
     if (at_lock_path(t)) return true;
     gone();
-    (void)remove_lock_dir_at(t.parent.get(), name_, shown_);
+    (void)remove_lock_dir_at(t.parent.get(), from, shown_);
     return false;
   }
   auto st = sys::stat_at(t.parent.get(), aside, shown_);

@@ -33,8 +33,19 @@ class staged_lock {
  public:
   // Builds the staged directory for the lock `t` under the name made from
   // `stem`, holding `meta` as meta.json. Best effort: nullptr when it cannot
-  // be made (the waiter then simply claims when the lock frees).
-  static std::unique_ptr<staged_lock> make(const target& t, const std::string& stem, const std::string& meta);
+  // be made (the waiter then simply claims when the lock frees). Without
+  // `publish` it stays under its private building name, where no releaser
+  // looks, until publish(): a waiter far back in line makes it as it joins,
+  // so that moving up makes no file (on a file system that skips inode
+  // numbers freed in the last half minute, as ext4 without a journal does,
+  // a file made where many were just removed costs a scan of them).
+  static std::unique_ptr<staged_lock> make(const target& t, const std::string& stem, const std::string& meta,
+                                           bool publish = true);
+  // Puts a private one under its staged name, its meta.json now saying
+  // `meta` (rewritten in place while nobody else can read it). An error
+  // leaves it private (withdraw() removes it).
+  error publish(const target& t, const std::string& meta);
+  bool published() const { return published_; }
   // Withdraws it (see withdraw()) unless it was taken over by held_state.
   ~staged_lock();
   staged_lock(const staged_lock&) = delete;
@@ -78,8 +89,11 @@ class staged_lock {
  private:
   staged_lock() = default;
   sys::fd parent_, dir_, meta_;
-  std::string name_, path_, shown_, lock_name_, lock_path_, bytes_;
+  std::string name_, path_, shown_, lock_name_, lock_path_, bytes_, building_;
+  // The name it is under now: its building name until published.
+  const std::string& current_name() const { return published_ ? name_ : building_; }
   sys::file_id id_;
+  bool published_ = false;
   std::optional<sys::file_id> meta_id_;
   bool taken_ = false;
 };

@@ -87,6 +87,9 @@ result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t 
                                 bool probe_write_lock = false, bool skip_unlocked = false);
 // The same through an open descriptor (read from its current offset).
 result<file_bytes> read_fd(int f, std::size_t cap, const std::string& shown, bool probe_write_lock = false);
+// The same for a descriptor the caller has already fstat'ed (`st`): one
+// call fewer.
+result<file_bytes> read_fd(int f, const stat_info& st, std::size_t cap, const std::string& shown);
 // Opens a file read-only, never following a symlink or blocking on a FIFO.
 result<fd> open_read(int dirfd, const std::string& name, const std::string& shown);
 // Opens an existing regular file for writing (no truncation, no symlink).
@@ -116,6 +119,10 @@ error rename_exchange(int dirfd, const std::string& a, const std::string& b, con
 error unlink_at(int dirfd, const std::string& name, bool dir, const std::string& shown);
 // fchmod: sets the mode of an open file or directory exactly (no umask).
 error chmod_fd(int f, unsigned mode, const std::string& shown);
+// Replaces the whole content of an open file with `bytes` in place (written
+// from offset 0, then cut to their length). Not atomic for a reader: only
+// for a file nobody else reads meanwhile.
+error rewrite_fd(int f, const std::string& bytes, const std::string& shown);
 // Sets the mtime (and atime) of dirfd/name to now, not following symlinks.
 error touch_at(int dirfd, const std::string& name, const std::string& shown);
 // An extended attribute ("user.…") of an open file: set to `value`, or

@@ -111,17 +111,15 @@ result<fd> open_write(int dirfd, const std::string& name, const std::string& sho
 
 namespace {
 
-result<file_bytes> read_open(int f, std::size_t cap, const std::string& shown, bool probe_write_lock,
-                             bool skip_unlocked) {
-  auto st = stat_fd(f, shown);
-  if (!st) return st.error();
-  if (!st->is_regular) return sys_error(EINVAL, "read (not a regular file)", shown);
+result<file_bytes> read_stated(int f, const stat_info& st, std::size_t cap, const std::string& shown,
+                               bool probe_write_lock, bool skip_unlocked) {
+  if (!st.is_regular) return sys_error(EINVAL, "read (not a regular file)", shown);
   file_bytes out;
-  out.st = *st;
+  out.st = st;
   if (probe_write_lock) out.write_lock = write_locked_elsewhere(f);
   if (probe_write_lock && skip_unlocked && out.write_lock == lock_probe::unlocked) return out;
   std::size_t want = cap + 1;
-  out.bytes.resize(std::min<std::size_t>(want, static_cast<std::size_t>(std::max<std::int64_t>(0, st->size)) + 4096));
+  out.bytes.resize(std::min<std::size_t>(want, static_cast<std::size_t>(std::max<std::int64_t>(0, st.size)) + 4096));
   std::size_t got = 0;
   for (;;) {
     if (got == out.bytes.size()) {
@@ -136,11 +134,18 @@ result<file_bytes> read_open(int f, std::size_t cap, const std::string& shown, b
     // A short read that reaches the size the file had when it was opened
     // is its end: no second read to be told so (every look reads a
     // meta.json, every queue read the entries it has not seen).
-    if (static_cast<std::size_t>(n) < asked && static_cast<std::int64_t>(got) >= st->size) break;
+    if (static_cast<std::size_t>(n) < asked && static_cast<std::int64_t>(got) >= st.size) break;
   }
   out.truncated = got > cap;
   out.bytes.resize(std::min(got, cap));
   return out;
+}
+
+result<file_bytes> read_open(int f, std::size_t cap, const std::string& shown, bool probe_write_lock,
+                             bool skip_unlocked) {
+  auto st = stat_fd(f, shown);
+  if (!st) return st.error();
+  return read_stated(f, *st, cap, shown, probe_write_lock, skip_unlocked);
 }
 
 }  // namespace
@@ -154,6 +159,10 @@ result<file_bytes> read_file_at(int dirfd, const std::string& name, std::size_t 
 
 result<file_bytes> read_fd(int f, std::size_t cap, const std::string& shown, bool probe_write_lock) {
   return read_open(f, cap, shown, probe_write_lock, false);
+}
+
+result<file_bytes> read_fd(int f, const stat_info& st, std::size_t cap, const std::string& shown) {
+  return read_stated(f, st, cap, shown, false, false);
 }
 
 error mkdir_at(int dirfd, const std::string& name, unsigned mode, const std::string& shown) {
@@ -183,6 +192,21 @@ result<fd> open_fifo_writer(int dirfd, const std::string& name, const std::strin
   if (!st) return st.error();
   if (st->is_regular || st->is_dir) return sys_error(EINVAL, "open (not a FIFO)", shown);
   return f;
+}
+
+error rewrite_fd(int f, const std::string& bytes, const std::string& shown) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = retry([&] {
+      return calls.pwrite(f, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    });
+    if (n < 0) return sys_error(errno, "write", shown);
+    if (n == 0) return sys_error(EIO, "write", shown);
+    done += static_cast<std::size_t>(n);
+  }
+  if (retry([&] { return calls.ftruncate(f, static_cast<off_t>(bytes.size())); }) != 0)
+    return sys_error(errno, "truncate", shown);
+  return {};
 }
 
 error chmod_fd(int f, unsigned mode, const std::string& shown) {

@@ -50,7 +50,8 @@ constexpr syscall_table real_calls = {
     real_fcntl_int,   ::flock,         ::dup3,           ::pipe2,
     ::poll,           ::kill,          ::inotify_init1,  ::inotify_add_watch,
     ::inotify_rm_watch, real_pidfd_open, ::getrandom,    ::clock_gettime,
-    ::readlinkat,     ::statx,         ::lseek,
+    ::readlinkat,     ::statx,         ::lseek,          ::pwrite,
+    ::ftruncate,
 };
 
 syscall_table calls = real_calls;

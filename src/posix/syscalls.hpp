@@ -57,6 +57,8 @@ struct syscall_table {
   // statx, for the one field fstat lacks: a directory's birth time.
   int (*statx)(int dirfd, const char* name, int flags, unsigned mask, struct statx* buf);
   off_t (*lseek)(int fd, off_t off, int whence);
+  ssize_t (*pwrite)(int fd, const void* buf, size_t n, off_t off);
+  int (*ftruncate)(int fd, off_t size);
 };
 
 // The table in use.

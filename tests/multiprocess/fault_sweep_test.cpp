@@ -117,6 +117,10 @@ void install() {
     return fail("readlinkat") ? -1 : sys::real_calls.readlinkat(d, n, b, s);
   };
   c.lseek = [](int f, off_t o, int w) -> off_t { return fail("lseek") ? -1 : sys::real_calls.lseek(f, o, w); };
+  c.pwrite = [](int f, const void* b, size_t n, off_t o) -> ssize_t {
+    return fail("pwrite") ? -1 : sys::real_calls.pwrite(f, b, n, o);
+  };
+  c.ftruncate = [](int f, off_t n) { return fail("ftruncate") ? -1 : sys::real_calls.ftruncate(f, n); };
   (void)r;
 }
 
@@ -176,7 +180,7 @@ const std::vector<const char*> kCalls = {
     "openat", "close", "read", "write", "fstat", "fstatat", "mkdirat", "mkfifoat", "unlinkat", "renameat",
     "renameat2", "fchmod", "utimensat", "getdents64", "ofd_setlk", "ofd_getlk", "fcntl_int", "flock", "dup3",
     "pipe2", "poll", "kill", "inotify_init1", "inotify_add_watch", "pidfd_open", "getrandom", "clock_gettime",
-    "readlinkat", "lseek"};
+    "readlinkat", "lseek", "pwrite", "ftruncate"};
 const std::vector<int> kErrnos = {EMFILE, ENFILE, ENOMEM, EACCES, EIO, ENOSPC, EINTR};
 
 bool sweep_is(const char* mode) {
@@ -314,12 +318,12 @@ TEST_CASE("fault sweep: a faulty waiter beside a live holder (calls 17 to 24)", 
   sweep_waiter_beside_holder(2);
 }
 
-TEST_CASE("fault sweep: a faulty waiter beside a live holder (calls 25 to 29)", "[multiprocess][fault][sweep]") {
+TEST_CASE("fault sweep: a faulty waiter beside a live holder (calls 25 to 31)", "[multiprocess][fault][sweep]") {
   sweep_waiter_beside_holder(3);
 }
 
 TEST_CASE("fault sweep: the quarters cover the whole table", "[unit][fault][sweep]") {
-  CHECK(kCalls.size() == 29);
+  CHECK(kCalls.size() == 31);
   std::size_t n = 0;
   for (std::size_t part = 0; part < 4; ++part) n += quarter_of_table(part).size();
   CHECK(n == kCalls.size());
@@ -388,7 +392,7 @@ TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy on
   sweep_free_lock(2);
 }
 
-TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy one waits behind it (calls 25 to 29)",
+TEST_CASE("fault sweep: a faulty participant takes a free lock, and a healthy one waits behind it (calls 25 to 31)",
           "[multiprocess][fault][sweep]") {
   sweep_free_lock(3);
 }
