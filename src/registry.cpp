@@ -237,10 +237,12 @@ std::unique_ptr<registration> registration::add(const std::string& base, const w
       (void)sys::unlink_at(d->get(), tmp, false, reg->shown_);
       (void)sys::unlink_at(d->get(), wake, false, reg->shown_);
     };
-    auto f = sys::create_file_at(d->get(), tmp, bytes, 0644, reg->shown_);
-    // 0644 whatever the umask: readable by all, and only its owner can open
-    // it for writing, so only its owner can hold the lock that proves it.
-    if (!f || sys::chmod_fd(f->get(), 0644, reg->shown_) || sys::ofd_lock(f->get(), true) ||
+    const unsigned mode = entry_mode(rec.priority);
+    auto f = sys::create_file_at(d->get(), tmp, bytes, mode, reg->shown_);
+    // 0644 (0744) whatever the umask: readable by all, and only its owner
+    // can open it for writing, so only its owner can hold the lock that
+    // proves it.
+    if (!f || sys::chmod_fd(f->get(), mode, reg->shown_) || sys::ofd_lock(f->get(), true) ||
         sys::rename_at(d->get(), tmp, final_name, reg->shown_)) {
       undo();
       if (!f && f.error().code() == std::errc::no_such_file_or_directory) continue;
@@ -454,8 +456,17 @@ std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
 }
 
 std::optional<queue_entry> registry_reader::first(const std::function<bool(const queue_entry&)>& want) {
-  for (auto& c : candidates()) {
-    if (!want(c.e)) continue;
+  // Entries not read before are read for their order, and probed (as the
+  // known ones are) only as far as the search goes: a releaser reading the
+  // entries that joined behind it since it last read probes one of them,
+  // not all.
+  defer_probes_ = true;
+  auto found = candidates();
+  defer_probes_ = false;
+  for (auto& c : found) {
+    // One placed by its mode alone is read before it is judged: what it
+    // would take is in its record.
+    if (!c.unread && !want(c.e)) continue;
     if (!c.proven && (!prove(c) || !want(c.e))) continue;
     return std::move(c.e);
   }
@@ -512,31 +523,60 @@ void registry_reader::read_dir(const std::string& dir_name, std::uint32_t uid, c
     if (cached == ud.parsed.end())
       if (auto k = known().find(top_path_ + "/" + dir_name + "/" + n); k != known().end())
         cached = ud.parsed.emplace(n, k->second).first;
+    // Not read before, when only its place is asked for (those before
+    // `before`, or the first in line): placed by its mode and ctime if it
+    // was written at priority 0, and read only once a caller needs it.
+    if (cached == ud.parsed.end() && (before || defer_probes_) && order_by_mode(ud, dir_name, n))
+      cached = ud.parsed.find(n);
     if (cached != ud.parsed.end()) {
       // Its order is known: probed only if a caller needs it (prove()), and
       // left out when it comes after `before` (compared on the keys alone).
       const entry_info& i = cached->second;
       if (!before || served_before_keys(i.rec.priority, i.ctime_ns, uid, dir_name, n, *before))
-        out.push_back(candidate{queue_entry{dir_name, n, uid, i.ctime_ns, i.rec}, false});
+        out.push_back(candidate{queue_entry{dir_name, n, uid, i.ctime_ns, i.rec}, false, i.partial});
       ud.names.push_back(std::move(n));
       continue;
     }
     queue_entry e;
-    const bool live = look(ud, dir_name, n, e);
+    const bool read = look(ud, dir_name, n, e, !defer_probes_);
     if (!ud.dead.count(n)) ud.names.push_back(std::move(n));
-    if (live) out.push_back(candidate{std::move(e), true});
+    if (read) out.push_back(candidate{std::move(e), !defer_probes_});
   }
+}
+
+bool registry_reader::order_by_mode(user_dir& ud, const std::string& dir_name, const std::string& n) {
+  auto st = sys::stat_at(ud.open.get(), n, top_path_ + "/" + dir_name);
+  if (!st || !st->is_regular || st->uid != ud.uid || !(st->mode & kPriorityZeroBit) ||
+      st->size > static_cast<std::int64_t>(waiter_entry_cap))
+    return false;
+  std::int64_t name_pid = 0;
+  (void)name_kind(n, &name_pid);
+  entry_info info;
+  info.id = st->id;
+  // Arrived as its ctime says (a later change of its metadata only moves
+  // that later, never earlier), at priority 0.
+  info.ctime_ns = st->ctime_ns;
+  info.rec.pid = name_pid;
+  info.rec.priority = 0;
+  info.partial = true;
+  ud.parsed[n] = info;
+  // Shared with this thread's other readers (a releaser's), as a read is.
+  auto& k = known();
+  if (k.size() >= 4096) k.clear();
+  k[top_path_ + "/" + dir_name + "/" + n] = info;
+  return true;
 }
 
 bool registry_reader::prove(candidate& c) {
   auto it = dirs_.find(c.e.dir);
   if (it == dirs_.end() || !it->second.open.valid()) return false;
-  if (!look(it->second, c.e.dir, c.e.name, c.e)) return false;
+  if (!look(it->second, c.e.dir, c.e.name, c.e, true)) return false;
   c.proven = true;
   return true;
 }
 
-bool registry_reader::look(user_dir& ud, const std::string& dir_name, const std::string& n, queue_entry& out) {
+bool registry_reader::look(user_dir& ud, const std::string& dir_name, const std::string& n, queue_entry& out,
+                           bool probe) {
   const std::string shown = top_path_ + "/" + dir_name;
   const std::string key = top_path_ + "/" + dir_name + "/" + n;
   auto dead = [&] {
@@ -557,22 +597,28 @@ bool registry_reader::look(user_dir& ud, const std::string& dir_name, const std:
     dead();
     return false;
   }
-  const sys::lock_probe proof = sys::write_locked_elsewhere(f->get());
-  if (proof == sys::lock_probe::unlocked) {
-    // Unlocked under its final name: its waiter has left or died, for good.
-    if (ud.uid == sys::effective_uid()) saw_dead_own_ = true;
-    dead();
-    return false;
+  if (probe) {
+    const sys::lock_probe proof = sys::write_locked_elsewhere(f->get());
+    if (proof == sys::lock_probe::unlocked) {
+      // Unlocked under its final name: its waiter has left or died, for good.
+      if (ud.uid == sys::effective_uid()) saw_dead_own_ = true;
+      dead();
+      return false;
+    }
   }
   entry_info info;
   auto cached = ud.parsed.find(n);
-  if (cached != ud.parsed.end() && cached->second.id == fst->id) {
+  if (cached != ud.parsed.end() && cached->second.id == fst->id && !cached->second.partial) {
     info = cached->second;
   } else {
-    auto mb = sys::read_fd(f->get(), waiter_entry_cap, shown);
+    auto mb = sys::read_fd(f->get(), *fst, waiter_entry_cap, shown);
     std::int64_t name_pid = 0;
     (void)name_kind(n, &name_pid);
-    if (!mb || mb->truncated || !parse_waiter(mb->bytes, info.rec) || info.rec.pid != name_pid) {
+    // One whose mode says priority 0 and whose record says otherwise is
+    // not an entry: readers that placed it by its mode alone would disagree
+    // with those that read it.
+    if (!mb || mb->truncated || !parse_waiter(mb->bytes, info.rec) || info.rec.pid != name_pid ||
+        ((fst->mode & kPriorityZeroBit) && info.rec.priority != 0)) {
       dead();
       return false;
     }

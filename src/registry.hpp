@@ -64,6 +64,15 @@ inline constexpr std::size_t max_listed_slots = 64;
 inline constexpr std::size_t waiter_entry_cap = 4096;
 inline constexpr std::size_t max_entry_label = 512;
 
+// An entry's mode: 0644, with the owner's execute bit (0744) when its
+// priority is 0, so that a reader can place it in line from one stat of its
+// name (its ctime and this bit), without opening and reading it. An entry
+// without the bit (one written before the bit existed, or at another
+// priority) is read; one with the bit whose record says another priority is
+// not an entry.
+inline constexpr unsigned kPriorityZeroBit = 0100;
+inline unsigned entry_mode(int priority) { return priority == 0 ? 0644 | kPriorityZeroBit : 0644; }
+
 // Serialized and read back; parse fails (false) on anything but an object
 // with a positive integer pid.
 std::string serialize_waiter(const waiter_record& r);
@@ -191,6 +200,7 @@ class registry_reader {
     sys::file_id id;
     std::int64_t ctime_ns = 0;
     waiter_record rec;
+    bool partial = false;  // placed by its mode, not read (order_by_mode())
   };
   struct user_dir {
     std::uint32_t uid = 0;
@@ -208,6 +218,7 @@ class registry_reader {
   struct candidate {
     queue_entry e;
     bool proven = false;
+    bool unread = false;  // its record is its order only, until proven
   };
   bool open_top();
   // Lists the registry and turns every entry name into a candidate, reading
@@ -217,14 +228,19 @@ class registry_reader {
   std::vector<candidate> candidates(const queue_entry* before = nullptr);
   void read_dir(const std::string& dir_name, std::uint32_t uid, const queue_entry* before,
                 std::vector<candidate>& out);
+  // Places entry `n`, not read before, by its mode and ctime alone (see
+  // entry_mode()): one stat. Its entry_info is then `partial` (its order
+  // and pid only). False when its mode does not say priority 0.
+  bool order_by_mode(user_dir& ud, const std::string& dir_name, const std::string& n);
   // Probes a candidate read before: still the same file, still write-locked.
   // Re-read when its file changed. False when it is not a live entry.
   bool prove(candidate& c);
   // Opens entry `n` of the user directory, checks it is a small file of its
-  // owner, probes its write lock, and reads it unless its file is the one
-  // read before. False when it is not a live entry now (marked dead unless
-  // it could merely not be read this time).
-  bool look(user_dir& ud, const std::string& dir_name, const std::string& n, queue_entry& out);
+  // owner, probes its write lock (with `probe`), and reads it unless its
+  // file is the one read before. False when it is not a live entry now, or
+  // not one at all (marked dead unless it could merely not be read this
+  // time); without `probe`, true says only that it reads as an entry.
+  bool look(user_dir& ud, const std::string& dir_name, const std::string& n, queue_entry& out, bool probe);
   // This thread's entries read before, by any reader: "<registry>/<user
   // dir>/<name>" -> what was read (checked against the file's identity
   // before use). A waiter that acquires again and again, and a releaser,
@@ -242,6 +258,7 @@ class registry_reader {
   std::set<std::string> top_junk_;
   std::map<std::string, user_dir> dirs_;
   bool saw_dead_own_ = false;
+  bool defer_probes_ = false;  // while first() lists: entries not read before are read, not probed
 };
 
 // Removes this user's dead entries (not write-locked), their wake channels

@@ -3,11 +3,13 @@
 // that do not count.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -225,6 +227,53 @@ TEST_CASE("entries nobody keeps write-locked are not waiters", "[multiprocess][q
   o.wait = ms(0);
   auto l = offload_lock::lock::acquire(o);
   CHECK(l.has_value());
+}
+
+TEST_CASE("an entry's mode says priority 0 only when its record does", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  cli_holder holder(d);
+  std::vector<std::unique_ptr<child>> ws;
+  ws.push_back(queued_run(d, "normal", log));
+  until_queued(d, 1);
+  ws.push_back(queued_run(d, "high", log, {"--priority", "10"}));
+  until_queued(d, 2);
+  // Written by the waiters: 0744 at priority 0 (readers place it by a stat
+  // of its name), 0644 otherwise (read).
+  const fs::path reg = queue_dir(d);
+  std::map<std::string, unsigned> modes;
+  for (const auto& e : fs::directory_iterator(reg)) {
+    if (e.path().extension() != ".json") continue;
+    struct stat st {};
+    REQUIRE(::stat(e.path().c_str(), &st) == 0);
+    const auto j = nlohmann::json::parse(read_file(e.path()));
+    modes[j.at("label").get<std::string>()] = st.st_mode & 07777;
+  }
+  CHECK(modes == std::map<std::string, unsigned>{{"normal", 0744}, {"high", 0644}});
+  // A write-locked entry whose mode says priority 0 while its record says
+  // 100 is not an entry: readers that placed it by its mode would disagree
+  // with those that read it. With the mode of its record it counts, first.
+  const std::string name = std::to_string(::getpid()) + "-0000000000ee.json";
+  write_file(reg / name, "{\"pid\":" + std::to_string(::getpid()) + ",\"label\":\"liar\",\"priority\":100}");
+  REQUIRE(::chmod((reg / name).c_str(), 0744) == 0);
+  const int f = ::open((reg / name).c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(f >= 0);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  REQUIRE(::fcntl(f, F_OFD_SETLK, &fl) == 0);
+  auto listed = offload_lock::waiters(d.lock());
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[0].label == "high");
+  REQUIRE(::fchmod(f, 0644) == 0);
+  listed = offload_lock::waiters(d.lock());
+  REQUIRE(listed.size() == 3);
+  CHECK(listed[0].label == "liar");
+  ::close(f);
+  holder.release();
+  for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(log) == std::vector<std::string>{"high", "normal"});
 }
 
 TEST_CASE("status shows the queue's positions, declared durations and ETAs", "[multiprocess][queue][cli][status]") {
