@@ -276,6 +276,54 @@ TEST_CASE("an entry's mode says priority 0 only when its record does", "[multipr
   CHECK(lines_of(log) == std::vector<std::string>{"high", "normal"});
 }
 
+TEST_CASE("a waiter far back builds its staged lock privately, and moving up makes no other", "[multiprocess][queue][handoff][cli]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  cli_holder holder(d);
+  // w1 holds until told; w2 and w3 behind it.
+  child w1(cli_exe(), with_lock(d, {"run", "--wait", "60", "--label", "w1", "--", "sh", "-c", "echo held; read x"}));
+  until_queued(d, 1);
+  std::vector<std::unique_ptr<child>> ws;
+  ws.push_back(queued_run(d, "w2", log));
+  until_queued(d, 2);
+  ws.push_back(queued_run(d, "w3", log));
+  until_queued(d, 3);
+  const std::string lock_name = fs::path(d.lock()).filename().string();
+  const std::string w3 = std::to_string(ws[1]->pid());
+  // The directory of w3 under `prefix`, by its inode (0: none).
+  auto staged_of_w3 = [&](const std::string& prefix) -> ino_t {
+    for (const auto& e : fs::directory_iterator(d.path)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind(prefix + w3 + "-", 0) != 0) continue;
+      struct stat st {};
+      if (::stat(e.path().c_str(), &st) == 0) return st.st_ino;
+    }
+    return 0;
+  };
+  // Third in line: its staged lock is built, under its private name only.
+  ino_t built = 0;
+  REQUIRE(eventually([&] { return (built = staged_of_w3("." + lock_name + ".stage-")) != 0; }));
+  CHECK(staged_of_w3("." + lock_name + ".next-") == 0);
+  const std::int64_t released_at = now_ms();
+  holder.release();
+  REQUIRE(w1.read_line() == std::optional<std::string>("held"));
+  // Second in line now: the same directory under its staged name, its
+  // record rewritten as of now.
+  REQUIRE(eventually([&] { return staged_of_w3("." + lock_name + ".next-") != 0; }));
+  CHECK(staged_of_w3("." + lock_name + ".next-") == built);
+  for (const auto& e : fs::directory_iterator(d.path)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("." + lock_name + ".next-" + w3 + "-", 0) != 0) continue;
+    const auto meta = nlohmann::json::parse(read_file(e.path() / "meta.json"));
+    CHECK(meta.at("startedAt").get<std::int64_t>() >= released_at);
+  }
+  w1.write_line("go");
+  CHECK(w1.wait(30s) == std::optional<int>(0));
+  for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(log) == std::vector<std::string>{"w2", "w3"});
+}
+
 TEST_CASE("status shows the queue's positions, declared durations and ETAs", "[multiprocess][queue][cli][status]") {
   temp_dir d;
   const std::string log = (d.path / "order").string();
