@@ -221,6 +221,11 @@ func readQueueEntry(d int, name string, pid int64, uid uint32) (queuedEntry, boo
 	if !ok || rec.pid != pid {
 		return queuedEntry{}, false
 	}
+	// The owner's execute bit says priority 0 (readers place such an entry
+	// by its mode); one whose record says otherwise is not an entry.
+	if st.Mode&priorityZeroBit != 0 && rec.priority != 0 {
+		return queuedEntry{}, false
+	}
 	// A file naming a process of another user (visible in this pid
 	// namespace) is a forgery: only root speaks for others.
 	if uid != 0 {
@@ -235,6 +240,10 @@ func readQueueEntry(d int, name string, pid int64, uid uint32) (queuedEntry, boo
 		arrival: int64(st.Ctim.Sec)*1_000_000_000 + int64(st.Ctim.Nsec),
 	}, true
 }
+
+// priorityZeroBit is the mode bit (the owner's execute bit) an entry written
+// at priority 0 carries.
+const priorityZeroBit = 0o100
 
 // entryNamePID reports whether name is a registry entry's,
 // "<1 to 10 decimal digits>-<12 lowercase hex>.json", and the number its

@@ -123,6 +123,8 @@ type file struct {
 	// chown, when not 0, gives the file or directory to that uid (as root
 	// only).
 	chown int
+	// mode, when not 0, is a regular file's mode instead of 0644.
+	mode os.FileMode
 }
 
 // writeRegistry creates the registry top (a directory beside the lock, and
@@ -155,12 +157,19 @@ func writeRegistry(t *testing.T, top string, files []file) {
 		case f.dir:
 			err = os.Mkdir(p, 0o755)
 		default:
+			mode := f.mode
+			if mode == 0 {
+				mode = 0o644
+			}
 			err = os.WriteFile(p, []byte(f.data), 0o644)
+			if err == nil {
+				err = os.Chmod(p, mode)
+			}
 			if err == nil && !f.unlocked {
 				lockEntry(t, p, f.readLocked)
 			}
 			if err == nil {
-				last = laterCtime(t, p, last)
+				last = laterCtime(t, p, last, mode)
 			}
 		}
 		if err == nil && f.chown != 0 {
@@ -185,7 +194,7 @@ func ctimeNs(t *testing.T, p string) int64 {
 // laterCtime stamps p's ctime again (chmod always sets it) until it is later
 // than after, and returns it. A kernel tick is a few milliseconds; the bound
 // only stops a clock that never moves.
-func laterCtime(t *testing.T, p string, after int64) int64 {
+func laterCtime(t *testing.T, p string, after int64, mode os.FileMode) int64 {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -196,7 +205,7 @@ func laterCtime(t *testing.T, p string, after int64) int64 {
 			t.Fatalf("the ctime of %s never passed %d", p, after)
 		}
 		time.Sleep(500 * time.Microsecond)
-		if err := os.Chmod(p, 0o644); err != nil {
+		if err := os.Chmod(p, mode); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -452,6 +461,11 @@ func waiterCases(t *testing.T) (cases []waiterCase, liveJSON string) {
 		{name: "priority and expectMs", files: one(with(live, func(r *rec) { r.more = `,"priority":7,"expectMs":60000` })),
 			want: []want{liveWant}, queue: []qwant{{self, 1, 7, 60000}}},
 		{name: "priority clamped high", files: one(with(live, func(r *rec) { r.more = `,"priority":500` })), queue: []qwant{{self, 1, 100, 0}}, want: []want{liveWant}},
+		// The owner's execute bit says priority 0 (offload-lock writes it so
+		// and places such entries by their mode); a record that says
+		// otherwise makes the file no entry.
+		{name: "mode says priority 0, as the record does", files: []file{{name: entryName(self, 1), data: liveJSON, mode: 0o744}}, want: []want{liveWant}},
+		{name: "mode says priority 0, the record 5", files: []file{{name: entryName(self, 1), data: with(live, func(r *rec) { r.more = `,"priority":5` }).json(), mode: 0o744}}},
 		{name: "priority clamped low", files: one(with(live, func(r *rec) { r.more = `,"priority":-101` })), queue: []qwant{{self, 1, -100, 0}}, want: []want{liveWant}},
 		{name: "priority 2^64-1 wraps", files: one(with(live, func(r *rec) { r.more = `,"priority":18446744073709551615` })), queue: []qwant{{self, 1, -1, 0}}, want: []want{liveWant}},
 		{name: "priority not an integer", files: one(with(live, func(r *rec) { r.more = `,"priority":1.5,"expectMs":"60000"` })), queue: []qwant{{self, 1, 0, 0}}, want: []want{liveWant}},
