@@ -65,6 +65,18 @@ std::vector<std::unique_ptr<child>> queue_up(const temp_dir& d, const std::strin
   return ws;
 }
 
+// Opens `p` and write-locks it (an OFD lock, as a live waiter keeps its
+// entry); the descriptor is the caller's to close.
+int keep_write_locked(const fs::path& p) {
+  const int f = ::open(p.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(f >= 0);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  REQUIRE(::fcntl(f, F_OFD_SETLK, &fl) == 0);
+  return f;
+}
+
 std::vector<std::string> lines_of(const std::string& path) {
   std::vector<std::string> out;
   std::istringstream in(read_file(path));
@@ -210,12 +222,7 @@ TEST_CASE("entries nobody keeps write-locked are not waiters", "[multiprocess][q
   // One kept open and write-locked counts.
   const std::string name = std::to_string(::getpid()) + "-0000000000ff.json";
   write_file(reg / name, "{\"pid\":" + std::to_string(::getpid()) + ",\"label\":\"kept\"}");
-  const int f = ::open((reg / name).c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(f >= 0);
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  REQUIRE(::fcntl(f, F_OFD_SETLK, &fl) == 0);
+  const int f = keep_write_locked(reg / name);
   auto w = offload_lock::waiters(d.lock());
   REQUIRE(w.size() == 1);
   CHECK(w[0].label == "kept");
@@ -257,12 +264,7 @@ TEST_CASE("an entry's mode says priority 0 only when its record does", "[multipr
   const std::string name = std::to_string(::getpid()) + "-0000000000ee.json";
   write_file(reg / name, "{\"pid\":" + std::to_string(::getpid()) + ",\"label\":\"liar\",\"priority\":100}");
   REQUIRE(::chmod((reg / name).c_str(), 0744) == 0);
-  const int f = ::open((reg / name).c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(f >= 0);
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  REQUIRE(::fcntl(f, F_OFD_SETLK, &fl) == 0);
+  const int f = keep_write_locked(reg / name);
   auto listed = offload_lock::waiters(d.lock());
   REQUIRE(listed.size() == 2);
   CHECK(listed[0].label == "high");
