@@ -221,7 +221,7 @@ std::optional<queue_entry> next_in_line(const std::string& base, int slot, const
 }  // namespace
 
 result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_dir, int slot, const std::string& base,
-                          const std::set<std::string>& skip) {
+                          const std::set<std::string>& skip, const std::string& own_queue_dir) {
   auto next = next_in_line(base, slot, skip);
   if (!next) return false;
   const std::string name = next_prefix(t) + next->stem();
@@ -295,6 +295,10 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   // holding it (then it is stale, as for any holder that dies). Never
   // swapped back: the lock path may already hold someone else's lock.
   //
+  // It runs first: woken by the swap, it may be queued on this processor,
+  // and what is left here (removing the old directory) can wait.
+  sys::give_way();
+  //
   // This holder's old directory, now under the staged name: emptied through
   // its own descriptor (wherever a withdrawing waiter may move it), then
   // removed by name when it is still there and still it.
@@ -308,6 +312,11 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   // Woken by its staged directory's move already; the wake channel too, for
   // a waiter that could not watch it.
   if (!reader_for(base).send_to(*next, "w")) (void)send(base, next->dir, next->stem(), "w");
+  // The registry directory this holder waited in is tidied here, unless
+  // the new holder waited in it too: that one tidies it at its release
+  // (having left it, it may hold it empty by now, and the next waiter of
+  // this user would make it again).
+  if (!own_queue_dir.empty() && own_queue_dir != next->dir) tidy_registry(base, own_queue_dir);
   return true;
 }
 

@@ -107,9 +107,11 @@ class staged_lock {
 // changed: release plainly); errc::lost when the lock path turned out not
 // to hold this holder's directory (it was put back as it was). Once the
 // swap is made it is never undone: the waiter may have taken the lock,
-// rewritten its meta.json, even released it, at once.
+// rewritten its meta.json, even released it, at once. `own_queue_dir`: the
+// registry directory this holder waited in (empty: none), tidied after a
+// handoff unless the new holder waited there too (its release tidies it).
 result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_dir, int slot, const std::string& base,
-                          const std::set<std::string>& skip);
+                          const std::set<std::string>& skip, const std::string& own_queue_dir = {});
 
 }  // namespace offload_lock::detail
 

@@ -73,12 +73,11 @@ error held_state::release() {
   const char* ended = max_hold_over() ? "max-hold" : "released";
   // To the next waiter without a gap when one is staged for it; plainly
   // otherwise.
-  auto handed = hand_to_next(t, id, dir.get(), slot, base, passed);
+  auto handed = hand_to_next(t, id, dir.get(), slot, base, passed, queue_dir);
   if (!handed) return handed.error();
   if (*handed) {
     history::record(t.path, history::hold_end(token, ended, yield_asked), meta);
     drop_proof();
-    if (!queue_dir.empty()) tidy_registry(base, queue_dir);
     return lease_lost;
   }
   auto r = remove_exact(t, id, "cannot release lock " + t.path, "release", dir.get());

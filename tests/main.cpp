@@ -93,6 +93,8 @@ int child_trust(int argc, char** argv) __attribute__((weak));
 int child_fault_sweep(int argc, char** argv) __attribute__((weak));
 // tests/multiprocess/lease_test.cpp, likewise.
 int child_lease(int argc, char** argv) __attribute__((weak));
+// tests/multiprocess/handoff_test.cpp, likewise.
+int child_handoff(int argc, char** argv) __attribute__((weak));
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "--child") {
@@ -104,6 +106,7 @@ int main(int argc, char** argv) {
     if (mode == "trust" && child_trust) return child_trust(argc - 3, argv + 3);
     if (mode == "fault-sweep" && child_fault_sweep) return child_fault_sweep(argc - 3, argv + 3);
     if (mode == "lease" && child_lease) return child_lease(argc - 3, argv + 3);
+    if (mode == "handoff" && child_handoff) return child_handoff(argc - 3, argv + 3);
     std::cerr << "unknown child mode " << mode << "\n";
     return 2;
   }

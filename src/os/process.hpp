@@ -70,6 +70,12 @@ std::vector<std::string> group_names();
 // namespace's.
 std::optional<std::uint32_t> process_uid(std::int64_t pid);
 std::int64_t parent_pid();
+// Lets a thread this one has just woken run before it on this processor
+// (sched_yield). The scheduler may queue a woken process on the processor
+// of the one that woke it, even beside an idle one, and run it only once
+// the waker blocks; where the woken one runs elsewhere this costs one
+// system call and changes nothing.
+void give_way();
 // /proc/sys/kernel/random/boot_id, read once; empty when unreadable.
 const std::string& boot_id();
 const std::string& host_name();

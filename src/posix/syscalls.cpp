@@ -3,6 +3,7 @@
 #include "posix/syscalls.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/random.h>
@@ -51,7 +52,7 @@ constexpr syscall_table real_calls = {
     ::poll,           ::kill,          ::inotify_init1,  ::inotify_add_watch,
     ::inotify_rm_watch, real_pidfd_open, ::getrandom,    ::clock_gettime,
     ::readlinkat,     ::statx,         ::lseek,          ::pwrite,
-    ::ftruncate,
+    ::ftruncate,      ::sched_yield,
 };
 
 syscall_table calls = real_calls;

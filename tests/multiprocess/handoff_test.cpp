@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <iostream>
 #include <catch2/catch.hpp>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,9 +20,12 @@
 #include "handoff.hpp"
 #include "lock_dir.hpp"
 #include "offload_lock/offload_lock.hpp"
+#include "posix/syscalls.hpp"
 #include "support.hpp"
 
 using namespace olt;
+namespace ol = offload_lock;
+namespace olsys = offload_lock::detail::sys;
 
 namespace {
 
@@ -81,7 +85,93 @@ std::vector<std::string> lines_of(const std::string& path) {
   return out;
 }
 
+// What the releasing holder saw each time it gave way (sched_yield through
+// the table): the pid its lock path's meta.json names, and whether its own
+// old directory (by inode) was still beside the lock. Never destroyed: the
+// heartbeat thread may call through the table while exit() runs.
+std::string& g_lock_path = *new std::string;
+ino_t g_own_ino = 0;
+std::vector<std::string>& g_seen = *new std::vector<std::string>;
+
+int recording_yield() {
+  const std::string meta = read_file(fs::path(g_lock_path) / "meta.json");
+  const auto j = nlohmann::json::parse(meta, nullptr, false);
+  const std::string pid = j.is_object() && j.contains("pid") ? j["pid"].dump() : "none";
+  bool present = false;
+  for (fs::directory_iterator it(fs::path(g_lock_path).parent_path()), end; it != end; ++it) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && st.st_ino == g_own_ino) present = true;
+  }
+  g_seen.push_back(pid + (present ? " present" : " gone"));
+  return olsys::real_calls.sched_yield();
+}
+
 }  // namespace
+
+// handoff LOCK: takes the lock, says "held <pid>", and on "release"
+// releases it with sched_yield recorded, then says each record ("yield <pid
+// in meta.json> present|gone") and "released".
+int child_handoff(int argc, char** argv) {
+  if (argc < 1) return 2;
+  ol::lock_options o;
+  o.path = argv[0];
+  o.label = "handoff-holder";
+  o.wait = ol::wait_forever;
+  auto l = ol::lock::acquire(o);
+  if (!l) return 1;
+  g_lock_path = o.path;
+  struct stat st {};
+  if (::stat(o.path.c_str(), &st) != 0) return 1;
+  g_own_ino = st.st_ino;
+  std::cout << "held " << ::getpid() << std::endl;
+  std::string line;
+  if (!std::getline(std::cin, line) || line != "release") return 1;
+  // Set between operations, as the table's users must (syscalls.hpp).
+  olsys::calls.sched_yield = recording_yield;
+  const bool ok = !l->release();
+  olsys::calls.sched_yield = olsys::real_calls.sched_yield;
+  for (const auto& s : g_seen) std::cout << "yield " << s << std::endl;
+  std::cout << (ok ? "released" : "lost") << std::endl;
+  return 0;
+}
+
+TEST_CASE("a releasing holder gives way to the waiter it swapped in before removing its old directory",
+          "[multiprocess][acquisition][handoff]") {
+  // On 2 CPUs the waiter woken by the swap was queued behind the old holder,
+  // which went on to remove its directory: 0.18 ms of a 0.5 ms handoff.
+  temp_dir d;
+  // The holder waits in the registry first, as the waiter it hands to will.
+  cli_holder first(d, "first");
+  child holder(self_exe(), {"--child", "handoff", d.lock()});
+  until_queued(d, 1);
+  first.release();
+  auto held = holder.read_line(60s);
+  REQUIRE(held);
+  const std::string holder_pid = held->substr(held->find(' ') + 1);
+  child w(cli_exe(), with_lock(d, {"run", "--label", "next", "--", "sh", "-c", "echo held $$; read x"}));
+  until_queued(d, 1);
+  REQUIRE(eventually([&] { return staged_beside(d); }));
+  holder.write_line("release");
+  auto line = w.read_line(60s);
+  REQUIRE(line);
+  const std::string waiter_pid = line->substr(line->find(' ') + 1);
+  std::vector<std::string> seen;
+  for (auto l = holder.read_line(60s); l && *l != "released" && *l != "lost"; l = holder.read_line(60s))
+    seen.push_back(*l);
+  // Once, with the lock path already the waiter's (its meta.json names the
+  // command `run` starts) and the old directory not yet removed.
+  CHECK(seen == std::vector<std::string>{"yield " + waiter_pid + " present"});
+  CHECK(waiter_pid != holder_pid);
+  CHECK(holder.wait(60s) == std::optional<int>(0));
+  // Both waited in the same user's registry directory: the old holder left
+  // it to the new one (which may have emptied it already, leaving the lock),
+  // and that one removes it and the registry at its release.
+  CHECK(fs::exists(d.path / ".gpu.lock.queue"));
+  w.write_line("go");
+  CHECK(w.wait(60s) == std::optional<int>(0));
+  CHECK_FALSE(fs::exists(d.path / ".gpu.lock.queue"));
+  CHECK(private_names(d).empty());
+}
 
 TEST_CASE("a waiter short of descriptors never removes a live holder's lock", "[multiprocess][acquisition]") {
   temp_dir d;
