@@ -445,6 +445,7 @@ std::vector<registry_reader::candidate> registry_reader::candidates(const queue_
 std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
   std::vector<queue_entry> out;
   for (auto& c : candidates(before)) {
+    if (c.rest) c.e.rec = c.rest->rec;
     // Known to come after `before`: not probed at all.
     if (before && !served_before(c.e, *before)) continue;
     if (!c.proven && !prove(c)) continue;
@@ -464,6 +465,7 @@ std::optional<queue_entry> registry_reader::first(const std::function<bool(const
   auto found = candidates();
   defer_probes_ = false;
   for (auto& c : found) {
+    if (c.rest) c.e.rec = c.rest->rec;
     // One placed by its mode alone is read before it is judged: what it
     // would take is in its record.
     if (!c.unread && !want(c.e)) continue;
@@ -505,13 +507,19 @@ void registry_reader::read_dir(const std::string& dir_name, std::uint32_t uid, c
       ud.dead.clear();
     }
     ud.names.clear();
-    std::map<std::string, entry_info> kept;
     for (auto& n : *names) {
       if (name_kind(n) != kind::entry || ud.dead.count(n)) continue;
-      if (auto it = ud.parsed.find(n); it != ud.parsed.end()) kept.insert(*it);
       ud.names.push_back(std::move(n));
     }
-    ud.parsed = std::move(kept);
+    // What was read of the entries no longer listed goes (both sorted: one
+    // pass, and nothing copied).
+    std::sort(ud.names.begin(), ud.names.end());
+    auto listed = ud.names.cbegin();
+    for (auto it = ud.parsed.begin(); it != ud.parsed.end();) {
+      while (listed != ud.names.cend() && *listed < it->first) ++listed;
+      if (listed == ud.names.cend() || *listed != it->first) it = ud.parsed.erase(it);
+      else ++it;
+    }
     ud.id = st->id;
     ud.mtime = st->mtime_ms;
     ud.settled = sys::now_ms() - st->mtime_ms > kSettledMs;
@@ -532,8 +540,17 @@ void registry_reader::read_dir(const std::string& dir_name, std::uint32_t uid, c
       // Its order is known: probed only if a caller needs it (prove()), and
       // left out when it comes after `before` (compared on the keys alone).
       const entry_info& i = cached->second;
-      if (!before || served_before_keys(i.rec.priority, i.ctime_ns, uid, dir_name, n, *before))
-        out.push_back(candidate{queue_entry{dir_name, n, uid, i.ctime_ns, i.rec}, false, i.partial});
+      if (before) {
+        if (served_before_keys(i.rec.priority, i.ctime_ns, uid, dir_name, n, *before))
+          out.push_back(candidate{queue_entry{dir_name, n, uid, i.ctime_ns, i.rec}, false, i.partial});
+      } else {
+        // The whole queue, of which first() usually looks at the front only:
+        // the record is copied once it does.
+        waiter_record keys;
+        keys.pid = i.rec.pid;
+        keys.priority = i.rec.priority;
+        out.push_back(candidate{queue_entry{dir_name, n, uid, i.ctime_ns, std::move(keys)}, false, i.partial, &i});
+      }
       ud.names.push_back(std::move(n));
       continue;
     }

@@ -219,6 +219,10 @@ class registry_reader {
     queue_entry e;
     bool proven = false;
     bool unread = false;  // its record is its order only, until proven
+    // Known from an earlier read, listed for first(): `e` holds its keys
+    // only (priority and pid), the rest of its record is copied from here
+    // (an entry of the user directory's map) once first() comes to it.
+    const entry_info* rest = nullptr;
   };
   bool open_top();
   // Lists the registry and turns every entry name into a candidate, reading
