@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <mutex>
 
 #include "os/files.hpp"
@@ -55,9 +56,17 @@ constexpr std::uint32_t kEntries = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MO
 
 constexpr std::uint32_t kFile = IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ATTRIB | IN_DONT_FOLLOW;
 
+// inotify hands out as many queued events as fit: a read that left room
+// for one more of the largest found the queue empty, and anything queued
+// after it makes the descriptor readable again for the next poll. So no
+// read that can only answer EAGAIN.
+constexpr std::size_t kLargestEvent = sizeof(struct inotify_event) + NAME_MAX + 1;
+
 void drain_events(int ino) {
-  char buf[4096];
-  while (calls.read(ino, buf, sizeof buf) > 0) {
+  alignas(struct inotify_event) char buf[4096];
+  for (;;) {
+    const ssize_t n = calls.read(ino, buf, sizeof buf);
+    if (n <= 0 || static_cast<std::size_t>(n) + kLargestEvent <= sizeof buf) return;
   }
 }
 
@@ -82,9 +91,11 @@ bool watcher::ensure_inotify() {
 }
 
 watcher::~watcher() {
+  // The last item's removal drains the events (unwatch).
+  const bool drained = !items_.empty();
   unwatch_all();
   if (ino_ < 0) return;
-  drain_events(ino_);
+  if (!drained) drain_events(ino_);
   std::lock_guard<std::mutex> g(g_pool_mu);
   pool().push_back(ino_);
 }
@@ -238,6 +249,7 @@ bool watcher::read_events(std::vector<int>& fired) {
       }
       p += sizeof(struct inotify_event) + ev->len;
     }
+    if (static_cast<std::size_t>(n) + kLargestEvent <= sizeof buf) break;  // the queue is empty (drain_events)
   }
   return any;
 }
