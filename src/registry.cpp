@@ -288,12 +288,6 @@ std::vector<std::string> registration::messages() {
   return out;
 }
 
-bool registration::intact() {
-  auto st = sys::stat_at(dir_.get(), me_.name, shown_);
-  auto mine = sys::stat_fd(entry_.get(), shown_);
-  return st && mine && st->id == mine->id;
-}
-
 void tidy_registry(const std::string& base, const std::string& user_dir) {
   std::string name;
   auto parent = open_parent(base, name);

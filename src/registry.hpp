@@ -122,9 +122,6 @@ class registration {
   // user wrote into it. messages() reads what is there (one per line).
   int wake_fd() const { return wake_.get(); }
   std::vector<std::string> messages();
-  // Whether the entry is still where it was written (the registry's owner
-  // may have moved its directory; then the entry is found again by owner).
-  bool intact();
   // Takes the entry and its wake channel's name out of the registry (the
   // descriptors stay open, so what was written before can still be read).
   // A waiter leaving calls this before it reads its channel a last time:
