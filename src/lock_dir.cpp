@@ -181,8 +181,15 @@ void read_state(int dir, const std::string& path, snapshot& s) {
     return;
   }
   // No meta.json: what is in the directory tells a claim from anything else.
+  sys::crash_point("look.listing");
   auto names = lock_contents(dir, path, &s.foreign_entry);
   if (!names) {
+    // Removed since it was opened (a removed directory lists as ENOENT):
+    // absent, as when the open finds nothing, and looked at again.
+    if (names.error().code() == std::errc::no_such_file_or_directory) {
+      s.present = false;
+      return;
+    }
     s.look_errno = names.error().code().value();
     s.look_failed = "listing " + path;
     return;

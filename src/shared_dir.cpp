@@ -148,7 +148,11 @@ result<shared_observed> observe_shared(const target& t) {
     // No claim: what else is in the directory tells gpulease's container
     // (or a claim in progress) from a directory that is no lock.
     auto names = sys::list_dir(d->get(), t.path);
-    if (!names) {
+    if (!names && is(names.error(), std::errc::no_such_file_or_directory)) {
+      // Removed since it was opened: absent, as when the open finds nothing.
+      s.present = false;
+      so.lease.dir_present = false;
+    } else if (!names) {
       s.look_errno = names.error().code().value();
       s.look_failed = "listing " + t.path;
     } else {

@@ -419,3 +419,20 @@ TEST_CASE("out of space while writing meta.json: the partial lock is removed and
     CHECK(err.substr(err.find('\n') + 1) == "fill\n");
   }
 }
+
+TEST_CASE("a lock directory removed while it is listed is absent, not unknown", "[multiprocess][bad-input]") {
+  // A claim without meta.json yet (a v1 runner between its mkdir and its
+  // write): its contents are listed. Removed after the open and before the
+  // listing, the directory lists as ENOENT; that is no failure to read but
+  // the lock gone.
+  temp_dir d;
+  fs::create_directory(d.lock());
+  child st(cli_exe(), {"--lock", d.lock(), "status"}, {{"OFFLOAD_LOCK_TEST_STOP_AT", "look.listing"}});
+  REQUIRE(eventually([&] { return process_state(st.pid()) == 'T'; }, 60s));
+  fs::remove(d.lock());
+  st.kill(SIGCONT);
+  const auto code = st.wait(60s);
+  INFO(st.err_text());
+  CHECK(code == std::optional<int>(1));
+  CHECK(st.err_text().find("cannot tell") == std::string::npos);
+}
