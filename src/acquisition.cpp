@@ -485,9 +485,19 @@ result<std::shared_ptr<held_state>> acquisition::run() {
       // Moved up far enough that the one following it is now active too:
       // it must start to watch the lock and stage (those further back
       // stay asleep).
-      if (last_own_ahead_ >= 0 && own < last_own_ahead_ && own + 1 < active_waiters) place_.wake_followers();
+      bool told = false;
+      if (last_own_ahead_ >= 0 && own < last_own_ahead_ && own + 1 < active_waiters) {
+        // Followers that announced themselves since the channel was last
+        // read are among them (follow()).
+        const int told_before = place_.wakes_told();
+        place_.read_wake();
+        told = place_.wakes_told() != told_before;
+        place_.wake_followers();
+      }
       last_own_ahead_ = own;
       last_primary_ = primary;
+      // That read of the channel took a wake meant for the next round.
+      if (told) continue;
     }
     last_active_ = place_.joined() && active;
     queue_news_ = false;
@@ -549,7 +559,8 @@ result<std::shared_ptr<held_state>> acquisition::run() {
         // Told by the one ahead when it leaves, so that this waiter learns
         // it moved up (and wakes its own follower) without reading the
         // queue at each change of the lock.
-        if (primary && primary->own_pred && !place_.follow(*primary->own_pred)) queue_news_ = true;
+        if (primary && primary->own_pred && place_.follow(*primary->own_pred) == queue_place::following::no)
+          queue_news_ = true;
       } else {
         // Far back: no lock watch and no published staged lock; asleep on
         // the exit of this user's waiter just ahead and on the wake
@@ -563,9 +574,10 @@ result<std::shared_ptr<held_state>> acquisition::run() {
             s.staged.reset();
           }
         if (p_.one_slot) stage(slots_.front(), false);
-        bool followed = true;
+        auto followed = queue_place::following::known;
         if (primary && primary->own_pred) {
           const queue_entry& pred = *primary->own_pred;
+          sys::crash_point("acquisition.follow");
           followed = place_.follow(pred);
           if (pred.rec.pid != pred_pid_) {
             w_.unwatch(pred_watch_);
@@ -573,9 +585,19 @@ result<std::shared_ptr<held_state>> acquisition::run() {
             pred_watch_ = w_.watch_pid(pred_pid_);
           }
         }
+        // Told now: the one ahead may have moved up (and woken the followers
+        // it knew) between this waiter's read of the queue and its line, so
+        // the queue is read once more; a move after that read finds the line
+        // (the one moving up reads its channel first).
+        if (followed == queue_place::following::told) {
+          queue_news_ = true;
+          continue;
+        }
         // Not followed (the one ahead left as this waiter announced itself):
         // nobody will wake it, so it looks again soon.
-        timeout = sooner(timeout, !followed ? queue_poll_ms : pred_watch_ >= 0 ? safety_recheck_ms : fallback_poll_ms);
+        timeout = sooner(timeout, followed == queue_place::following::no ? queue_poll_ms
+                                  : pred_watch_ >= 0                     ? safety_recheck_ms
+                                                                         : fallback_poll_ms);
       }
       if (wake_watch_ < 0) wake_watch_ = w_.watch_readable(place_.wake_fd());
     } else if (!watching) {

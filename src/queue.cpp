@@ -92,20 +92,20 @@ void queue_place::read_wake() {
   }
 }
 
-bool queue_place::follow(const queue_entry& pred) {
+queue_place::following queue_place::follow(const queue_entry& pred) {
   const queue_entry* me = this->me();
-  if (!me) return false;
+  if (!me) return following::no;
   // Announced again after the one ahead has woken it: it forgets its
   // followers once it has woken them (wake_followers). Otherwise it still
   // knows this one, and nothing is written.
-  if (following_ == passed_name(pred) && !woken_) return true;
+  if (following_ == passed_name(pred) && !woken_) return following::known;
   woken_ = false;
   following_.clear();
   const std::string line = "f " + me->dir + " " + me->stem();
   if (!(pred.dir == me->dir ? reg_->send_beside(pred.stem(), line, true) : send(p_.base, pred.dir, pred.stem(), line, true)))
-    return false;
+    return following::no;
   following_ = passed_name(pred);
-  return true;
+  return following::told;
 }
 
 void queue_place::wake_followers() {

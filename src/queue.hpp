@@ -88,9 +88,15 @@ class queue_place {
   // for it), as read by read_wake(); a follower's announcement is not one.
   int wakes_told() const { return wakes_told_; }
   // Tells `pred` (an entry of this user ahead) that this waiter follows it
-  // (before each sleep behind it). False when `pred` will not wake it (it left the
-  // queue meanwhile, or its channel cannot be written): look again soon.
-  bool follow(const queue_entry& pred);
+  // (before each sleep behind it).
+  enum class following {
+    no,     // `pred` will not wake it (it left the queue meanwhile, or its
+            // channel cannot be written): look again soon
+    known,  // told before, and not woken since: nothing written
+    told,   // told now: `pred` may have moved up before it read the line,
+            // so the queue read before is looked at again once
+  };
+  following follow(const queue_entry& pred);
   // Wakes the followers (this waiter moved up, or leaves).
   void wake_followers();
   // This waiter's position for slot `slot`: 1 is next (0 when not joined).

@@ -326,6 +326,51 @@ TEST_CASE("a waiter far back builds its staged lock privately, and moving up mak
   CHECK(lines_of(log) == std::vector<std::string>{"w2", "w3"});
 }
 
+TEST_CASE("a waiter far back that announces itself after the one ahead moved up is not left asleep",
+          "[multiprocess][queue][handoff][cli]") {
+  // The third in line reads the queue (two of its user ahead: it sleeps) and
+  // stands still (SIGSTOP) before it tells the second that it follows it.
+  // Meanwhile the first takes the lock: the second moves up and wakes the
+  // followers it knows, none. Resumed, the third announces itself to a
+  // waiter that has already moved; asleep on what it read before, it would
+  // start to watch and stage only at the one-minute recheck. (The pause
+  // below lets the second see the move first; were it slower, this case
+  // would pass without showing anything, never fail wrongly.)
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  cli_holder holder(d);
+  child w1(cli_exe(), with_lock(d, {"run", "--wait", "60", "--label", "w1", "--", "sh", "-c", "echo held; read x"}));
+  until_queued(d, 1);
+  auto w2 = queued_run(d, "w2", log);
+  until_queued(d, 2);
+  child w3(cli_exe(),
+           with_lock(d, {"run", "--wait", "60", "--label", "w3", "--", "sh", "-c", "echo \"$0\" >> \"$1\"", "w3", log}),
+           {{"OFFLOAD_LOCK_TEST_STOP_AT", "acquisition.follow"}});
+  until_queued(d, 3);
+  REQUIRE(eventually([&] { return process_state(w3.pid()) == 'T'; }));
+  holder.release();
+  REQUIRE(w1.read_line() == std::optional<std::string>("held"));
+  std::this_thread::sleep_for(500ms);
+  const std::string staged = "." + fs::path(d.lock()).filename().string() + ".next-" + std::to_string(w3.pid()) + "-";
+  // Second in line now: it stages its lock under its published name.
+  CHECK(eventually([&] {
+    if (process_state(w3.pid()) == 'T') ::kill(w3.pid(), SIGCONT);
+    for (const auto& e : fs::directory_iterator(d.path))
+      if (e.path().filename().string().rfind(staged, 0) == 0) return true;
+    return false;
+  }));
+  w1.write_line("go");
+  CHECK(w1.wait(30s) == std::optional<int>(0));
+  CHECK(w2->wait(30s) == std::optional<int>(0));
+  CHECK(eventually([&] {
+    if (process_state(w3.pid()) == 'T') ::kill(w3.pid(), SIGCONT);
+    return w3.wait(0ms).has_value();
+  }, 30s));
+  CHECK(w3.wait(0ms) == std::optional<int>(0));
+  CHECK(lines_of(log) == std::vector<std::string>{"w2", "w3"});
+}
+
 TEST_CASE("status shows the queue's positions, declared durations and ETAs", "[multiprocess][queue][cli][status]") {
   temp_dir d;
   const std::string log = (d.path / "order").string();
