@@ -452,6 +452,7 @@ result<std::shared_ptr<held_state>> acquisition::run() {
     return e;
   };
   const bool trying = p_.until.trying();
+  bool reread_after_follow = false;  // this round reads the queue again after a follow()
   for (;;) {
     round r;
     queue_read_ = false;
@@ -589,15 +590,18 @@ result<std::shared_ptr<held_state>> acquisition::run() {
         // it knew) between this waiter's read of the queue and its line, so
         // the queue is read once more; a move after that read finds the line
         // (the one moving up reads its channel first).
-        if (followed == queue_place::following::told) {
+        // (Told again right after that read, the one ahead changed again:
+        // looked at soon, not at once, so that it never spins.)
+        if (followed == queue_place::following::told && !reread_after_follow) {
+          reread_after_follow = true;
           queue_news_ = true;
           continue;
         }
         // Not followed (the one ahead left as this waiter announced itself):
         // nobody will wake it, so it looks again soon.
-        timeout = sooner(timeout, followed == queue_place::following::no ? queue_poll_ms
-                                  : pred_watch_ >= 0                     ? safety_recheck_ms
-                                                                         : fallback_poll_ms);
+        timeout = sooner(timeout, followed != queue_place::following::known ? queue_poll_ms
+                                  : pred_watch_ >= 0                        ? safety_recheck_ms
+                                                                            : fallback_poll_ms);
       }
       if (wake_watch_ < 0) wake_watch_ = w_.watch_readable(place_.wake_fd());
     } else if (!watching) {
@@ -609,6 +613,7 @@ result<std::shared_ptr<held_state>> acquisition::run() {
       report_.waiting(r.holders, position);
       timeout = p_.until.clamp(timeout);
     }
+    reread_after_follow = false;
     std::vector<int> fired;
     const auto why = report_.wait_ticking(timeout, [&](std::int64_t ms) { return w_.wait(ms, p_.cancel_fds, &fired); });
     if (why == sys::watcher::wake::extra_fd) return finish(error(errc::cancelled, p_.base));
