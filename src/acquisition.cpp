@@ -127,15 +127,15 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   }
   meta_record rec = record_for(s);
   rec.passed_over = place_.passed_still_queued();
-  std::string bytes = written ? *written : serialize(rec);
+  // Swapped in by the releasing holder, or renamed in by this waiter: the
+  // record now says when it was taken, unless it was staged so recently
+  // that it says so already (to within kRestampMs) and has nobody passed
+  // over to name: then it stands as written (not even serialized again),
+  // and the handoff costs no file made on the way to holding.
+  const bool recent = staged && rec.passed_over.empty() && rec.started_at - s.staged_at < kRestampMs;
+  std::string bytes = written ? *written : recent ? std::string() : serialize(rec);
   auto held = std::make_shared<held_state>();
   if (staged) {
-    // Swapped in by the releasing holder, or renamed in by this waiter: the
-    // record now says when it was taken, unless it was staged so recently
-    // that it says so already (to within kRestampMs) and has nobody passed
-    // over to name: then it stands as written, and the handoff costs no
-    // file made on the way to holding.
-    const bool recent = rec.passed_over.empty() && rec.started_at - s.staged_at < kRestampMs;
     if (recent || s.staged->rewrite_meta(bytes)) bytes = s.staged->meta_bytes();
     w_.unwatch(s.staged_watch);
     s.staged_watch = -1;
