@@ -182,7 +182,7 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   s.gate_owned = false;  // the gate of the slot taken stays this thread's
   if (const queue_entry* me = place_.me()) held->queue_dir = me->dir;
   // Out of the queue before anyone is told (its followers move up).
-  place_.leave(/*taking=*/true);
+  if (auto entry = place_.leave(/*taking=*/true)) held->left_behind = std::shared_ptr<registration>(std::move(entry));
   for (auto& other : slots_)
     if (other.staged) (void)other.staged->withdraw(other.t);
   if (p_.hold.heartbeat) start_heartbeat(held);

@@ -48,6 +48,9 @@ struct held_state {
   // This user's directory in that registry, when this holder waited in it:
   // tidied (removed if empty, with the registry) once the lock is released.
   std::string queue_dir;
+  // What the acquisition left to close once the lock is handed on (its
+  // queue entry's descriptors, the names removed): release() drops it last.
+  std::shared_ptr<void> left_behind;
 
   // Cooperative yield (lock_options::on_yield_request): asked once, when a
   // live waiter of a higher priority than `priority` that may ask it

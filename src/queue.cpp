@@ -27,7 +27,7 @@ queue_place::queue_place(const plan& p) : p_(p), reader_(p.base) {
 
 bool cannot_claim(const queue_entry& e) { return sys::stopped(e.rec.pid).value_or(false); }
 
-queue_place::~queue_place() { leave(); }
+queue_place::~queue_place() { (void)leave(); }
 
 namespace {
 
@@ -62,19 +62,24 @@ void queue_place::join() {
   reg_ = registration::add(p_.base, rec_);
 }
 
-void queue_place::leave(bool taking) {
-  if (!reg_) return;
+std::unique_ptr<registration> queue_place::leave(bool taking) {
+  if (!reg_) return nullptr;
   if (taking) reg_->keep_dirs();
   // Out of the registry first, then the last look at the channel: every
   // follower either wrote before it (and is woken below) or finds the
   // entry gone (follow()).
-  reg_->withdraw();
+  const bool removed = reg_->withdraw();
   read_wake();
   // Its followers: one of them is now among the active ones, and must start
   // to watch the lock. (Through the user directory still held open.)
   wake_followers();
-  reg_.reset();
   following_.clear();
+  if (taking && removed) {
+    reg_->close_dirs();
+    return std::move(reg_);
+  }
+  reg_.reset();
+  return nullptr;
 }
 
 void queue_place::read_wake() {
@@ -118,7 +123,7 @@ void queue_place::wake_followers() {
 
 void queue_place::rejoin() {
   if (!reg_) return;
-  leave();
+  (void)leave();
   passed_.clear();
   join();
 }

@@ -68,8 +68,12 @@ class queue_place {
   void join();
   // Leaves the queue and wakes this user's next waiters behind it (they may
   // now be active). `taking`: this waiter takes the lock, and leaves the
-  // registry's directories for its release to tidy (tidy_registry()).
-  void leave(bool taking = false);
+  // registry's directories for its release to tidy (tidy_registry()); its
+  // entry's descriptors are then handed back, their names removed, for the
+  // holder to close after it has handed the lock on: closing them frees
+  // the files, which is no part of the way to holding (nullptr when they
+  // were closed here, a name not removed: its entry must not stay locked).
+  std::unique_ptr<registration> leave(bool taking = false);
   // Leaves and joins again at the back of its priority class (a waiter
   // found passed over in a holder's meta.json).
   void rejoin();

@@ -308,17 +308,27 @@ bool registration::send_beside(const std::string& to_stem, const std::string& li
   return !confirm || static_cast<bool>(sys::stat_at(dir_.get(), to_stem + ".json", shown_));
 }
 
-void registration::withdraw() {
-  if (withdrawn_) return;
+bool registration::withdraw() {
+  if (withdrawn_) return removed_;
   withdrawn_ = true;
-  (void)sys::unlink_at(dir_.get(), me_.name, false, shown_);
-  (void)sys::unlink_at(dir_.get(), me_.stem() + ".wake", false, shown_);
+  auto gone = [](const error& e) { return !e || e.code() == std::errc::no_such_file_or_directory; };
+  const bool entry = gone(sys::unlink_at(dir_.get(), me_.name, false, shown_));
+  const bool channel = gone(sys::unlink_at(dir_.get(), me_.stem() + ".wake", false, shown_));
+  removed_ = entry && channel;
+  return removed_;
+}
+
+void registration::close_dirs() {
+  if (!withdrawn_ || !keep_dirs_) return;
+  dir_.reset();
+  top_.reset();
+  parent_.reset();
 }
 
 registration::~registration() {
   try {
     sys::unguard_from_fork(entry_.get());
-    withdraw();
+    (void)withdraw();
     entry_.reset();
     wake_.reset();
     dir_.reset();

@@ -127,7 +127,9 @@ class registration {
   // A waiter leaving calls this before it reads its channel a last time:
   // a follower that announces itself later finds the entry gone
   // (send()'s `confirm`) instead of waiting for a wake that never comes.
-  void withdraw();
+  // False when a name could not be removed (it is tried no more: the
+  // entry, unlocked once its descriptor is closed, is swept as dead).
+  bool withdraw();
   // send() to an entry in this entry's own user directory (this user's
   // waiters), through the directory this registration holds open: no walk
   // from the lock's parent. False as for send().
@@ -135,6 +137,9 @@ class registration {
   // Leaves the registry's directories in place when the entry goes (see
   // tidy_registry()).
   void keep_dirs() { keep_dirs_ = true; }
+  // Once withdrawn and with keep_dirs(): closes the directories, leaving
+  // only the entry's and its channel's descriptors open.
+  void close_dirs();
 
  private:
   registration() = default;
@@ -142,6 +147,7 @@ class registration {
   queue_entry me_;
   std::string top_name_, shown_;
   bool withdrawn_ = false;
+  bool removed_ = false;  // withdraw() removed both names
   bool keep_dirs_ = false;
 };
 
