@@ -32,10 +32,7 @@ error held_state::release() {
   if (released) return {};
   released = true;
   // Closed on the way out, whichever it is: after the handoff.
-  struct at_exit {
-    std::shared_ptr<void>& p;
-    ~at_exit() { p.reset(); }
-  } close_left_behind{left_behind};
+  const std::shared_ptr<void> close_on_return = std::move(left_behind);
   if (shared) {
     // One meta.json is the lock and the lease (shared_dir.hpp): our files
     // and it go, under the movers' flock; the directory, gpulease's

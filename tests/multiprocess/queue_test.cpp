@@ -39,14 +39,34 @@ struct cli_holder {
 // A queued `run` that appends `name` to `log` once it holds the lock; with
 // `log_meta`, `name`, a space and the meta.json it holds under.
 std::unique_ptr<child> queued_run(const temp_dir& d, const std::string& name, const std::string& log,
-                                  std::vector<std::string> extra = {}, bool log_meta = false) {
+                                  std::vector<std::string> extra = {}, bool log_meta = false,
+                                  const env_changes& env = {}) {
   std::vector<std::string> args = {"run", "--wait", "60", "--label", name};
   args.insert(args.end(), extra.begin(), extra.end());
   const std::string meta = d.lock() + "/meta.json";
   for (const char* a : {"--", "sh", "-c", log_meta ? "echo \"$0 $(cat \"$2\")\" >> \"$1\"" : "echo \"$0\" >> \"$1\"",
                         name.c_str(), log.c_str(), meta.c_str()})
     args.emplace_back(a);
-  return std::make_unique<child>(cli_exe(), with_lock(d, args));
+  return std::make_unique<child>(cli_exe(), with_lock(d, args), env);
+}
+
+// A queued `run` labelled `name` that holds, once it has the lock, until
+// told (it prints "held", then reads a line).
+std::unique_ptr<child> queued_until_told(const temp_dir& d, const std::string& name) {
+  return std::make_unique<child>(
+      cli_exe(), with_lock(d, {"run", "--wait", "60", "--label", name, "--", "sh", "-c", "echo held; read x"}));
+}
+
+// The inode of the directory beside the lock whose name starts with
+// `.<lock name>.<kind>-<pid>-` (kind "stage" or "next"): 0 when none.
+ino_t staged_dir(const temp_dir& d, const std::string& kind, int pid) {
+  const std::string prefix = "." + fs::path(d.lock()).filename().string() + "." + kind + "-" + std::to_string(pid) + "-";
+  for (const auto& e : fs::directory_iterator(d.path)) {
+    if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) == 0) return st.st_ino;
+  }
+  return 0;
 }
 
 // Waits until `n` live waiters are queued.
@@ -284,7 +304,7 @@ TEST_CASE("a waiter far back builds its staged lock privately, and moving up mak
   write_file(log, "");
   cli_holder holder(d);
   // w1 holds until told; w2 and w3 behind it.
-  child w1(cli_exe(), with_lock(d, {"run", "--wait", "60", "--label", "w1", "--", "sh", "-c", "echo held; read x"}));
+  auto w1 = queued_until_told(d, "w1");
   until_queued(d, 1);
   std::vector<std::unique_ptr<child>> ws;
   ws.push_back(queued_run(d, "w2", log));
@@ -292,36 +312,26 @@ TEST_CASE("a waiter far back builds its staged lock privately, and moving up mak
   ws.push_back(queued_run(d, "w3", log));
   until_queued(d, 3);
   const std::string lock_name = fs::path(d.lock()).filename().string();
-  const std::string w3 = std::to_string(ws[1]->pid());
-  // The directory of w3 under `prefix`, by its inode (0: none).
-  auto staged_of_w3 = [&](const std::string& prefix) -> ino_t {
-    for (const auto& e : fs::directory_iterator(d.path)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind(prefix + w3 + "-", 0) != 0) continue;
-      struct stat st {};
-      if (::stat(e.path().c_str(), &st) == 0) return st.st_ino;
-    }
-    return 0;
-  };
+  const int w3 = ws[1]->pid();
   // Third in line: its staged lock is built, under its private name only.
   ino_t built = 0;
-  REQUIRE(eventually([&] { return (built = staged_of_w3("." + lock_name + ".stage-")) != 0; }));
-  CHECK(staged_of_w3("." + lock_name + ".next-") == 0);
+  REQUIRE(eventually([&] { return (built = staged_dir(d, "stage", w3)) != 0; }));
+  CHECK(staged_dir(d, "next", w3) == 0);
   const std::int64_t released_at = now_ms();
   holder.release();
-  REQUIRE(w1.read_line() == std::optional<std::string>("held"));
+  REQUIRE(w1->read_line() == std::optional<std::string>("held"));
   // Second in line now: the same directory under its staged name, its
   // record rewritten as of now.
-  REQUIRE(eventually([&] { return staged_of_w3("." + lock_name + ".next-") != 0; }));
-  CHECK(staged_of_w3("." + lock_name + ".next-") == built);
+  REQUIRE(eventually([&] { return staged_dir(d, "next", w3) != 0; }));
+  CHECK(staged_dir(d, "next", w3) == built);
   for (const auto& e : fs::directory_iterator(d.path)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind("." + lock_name + ".next-" + w3 + "-", 0) != 0) continue;
+    if (n.rfind("." + lock_name + ".next-" + std::to_string(w3) + "-", 0) != 0) continue;
     const auto meta = nlohmann::json::parse(read_file(e.path() / "meta.json"));
     CHECK(meta.at("startedAt").get<std::int64_t>() >= released_at);
   }
-  w1.write_line("go");
-  CHECK(w1.wait(30s) == std::optional<int>(0));
+  w1->write_line("go");
+  CHECK(w1->wait(30s) == std::optional<int>(0));
   for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
   CHECK(lines_of(log) == std::vector<std::string>{"w2", "w3"});
 }
@@ -340,34 +350,29 @@ TEST_CASE("a waiter far back that announces itself after the one ahead moved up 
   const std::string log = (d.path / "order").string();
   write_file(log, "");
   cli_holder holder(d);
-  child w1(cli_exe(), with_lock(d, {"run", "--wait", "60", "--label", "w1", "--", "sh", "-c", "echo held; read x"}));
+  auto w1 = queued_until_told(d, "w1");
   until_queued(d, 1);
   auto w2 = queued_run(d, "w2", log);
   until_queued(d, 2);
-  child w3(cli_exe(),
-           with_lock(d, {"run", "--wait", "60", "--label", "w3", "--", "sh", "-c", "echo \"$0\" >> \"$1\"", "w3", log}),
-           {{"OFFLOAD_LOCK_TEST_STOP_AT", "acquisition.follow"}});
+  auto w3 = queued_run(d, "w3", log, {}, false, {{"OFFLOAD_LOCK_TEST_STOP_AT", "acquisition.follow"}});
   until_queued(d, 3);
-  REQUIRE(eventually([&] { return process_state(w3.pid()) == 'T'; }));
+  REQUIRE(eventually([&] { return process_state(w3->pid()) == 'T'; }));
   holder.release();
-  REQUIRE(w1.read_line() == std::optional<std::string>("held"));
+  REQUIRE(w1->read_line() == std::optional<std::string>("held"));
   std::this_thread::sleep_for(500ms);
-  const std::string staged = "." + fs::path(d.lock()).filename().string() + ".next-" + std::to_string(w3.pid()) + "-";
   // Second in line now: it stages its lock under its published name.
   CHECK(eventually([&] {
-    if (process_state(w3.pid()) == 'T') ::kill(w3.pid(), SIGCONT);
-    for (const auto& e : fs::directory_iterator(d.path))
-      if (e.path().filename().string().rfind(staged, 0) == 0) return true;
-    return false;
+    if (process_state(w3->pid()) == 'T') ::kill(w3->pid(), SIGCONT);
+    return staged_dir(d, "next", w3->pid()) != 0;
   }));
-  w1.write_line("go");
-  CHECK(w1.wait(30s) == std::optional<int>(0));
+  w1->write_line("go");
+  CHECK(w1->wait(30s) == std::optional<int>(0));
   CHECK(w2->wait(30s) == std::optional<int>(0));
   CHECK(eventually([&] {
-    if (process_state(w3.pid()) == 'T') ::kill(w3.pid(), SIGCONT);
-    return w3.wait(0ms).has_value();
+    if (process_state(w3->pid()) == 'T') ::kill(w3->pid(), SIGCONT);
+    return w3->wait(0ms).has_value();
   }, 30s));
-  CHECK(w3.wait(0ms) == std::optional<int>(0));
+  CHECK(w3->wait(0ms) == std::optional<int>(0));
   CHECK(lines_of(log) == std::vector<std::string>{"w2", "w3"});
 }
 
