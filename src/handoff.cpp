@@ -218,6 +218,15 @@ std::optional<queue_entry> next_in_line(const std::string& base, int slot, const
   });
 }
 
+// A "w" into the wake channel of `e`, through the directory this thread's
+// reader holds open, or else by name. A channel that is gone is not looked
+// for again by name: its waiter left the queue (having taken the lock, most
+// often, by the time a releaser that swapped it in sends this).
+void wake(const std::string& base, const queue_entry& e) {
+  bool gone = false;
+  if (!reader_for(base).send_to(e, "w", &gone) && !gone) (void)send(base, e.dir, e.stem(), "w");
+}
+
 }  // namespace
 
 result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_dir, int slot, const std::string& base,
@@ -255,7 +264,7 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   // that the lock passes on without the path ever being absent. A waiter
   // among several slots never stages: released plainly at once.
   if (st == staged::absent && queue_slot(next->rec) >= 0) {
-    if (!reader_for(base).send_to(*next, "w")) (void)send(base, next->dir, next->stem(), "w");
+    wake(base, *next);
     // Woken when it renames its staged lock in (staged_lock::make), or by
     // anything else that changes the lock's parent, then looked at again;
     // without an inotify instance, looked at every millisecond.
@@ -311,7 +320,7 @@ result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_d
   }
   // Woken by its staged directory's move already; the wake channel too, for
   // a waiter that could not watch it.
-  if (!reader_for(base).send_to(*next, "w")) (void)send(base, next->dir, next->stem(), "w");
+  wake(base, *next);
   // The registry directory this holder waited in is tidied here, unless
   // the new holder waited in it too: that one tidies it at its release
   // (having left it, it may hold it empty by now, and the next waiter of

@@ -187,8 +187,10 @@ class registry_reader {
   // Whether the entry is still there (one stat).
   bool present(const queue_entry& e);
   // send() to an entry this reader has read, through its user directory as
-  // held open since (this user's entries only, as for send()).
-  bool send_to(const queue_entry& e, const std::string& line);
+  // held open since (this user's entries only, as for send()). With `gone`,
+  // says whether it failed because the channel is no longer there (its
+  // waiter left the queue): send() by name would find it gone as well.
+  bool send_to(const queue_entry& e, const std::string& line, bool* gone = nullptr);
   // The registry directory, and the user directories last read: what a
   // waiter or a holder watches for the queue's changes.
   const std::string& top_path() const { return top_path_; }

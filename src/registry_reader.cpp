@@ -330,11 +330,14 @@ bool registry_reader::look(user_dir& ud, const std::string& dir_name, const std:
   return true;
 }
 
-bool registry_reader::send_to(const queue_entry& e, const std::string& line) {
+bool registry_reader::send_to(const queue_entry& e, const std::string& line, bool* gone) {
   auto it = dirs_.find(e.dir);
   if (it == dirs_.end() || !it->second.open.valid() || it->second.uid != sys::effective_uid()) return false;
   auto w = sys::open_fifo_writer(it->second.open.get(), e.stem() + ".wake", top_path_);
-  if (!w) return false;
+  if (!w) {
+    if (gone) *gone = w.error().code() == std::errc::no_such_file_or_directory;
+    return false;
+  }
   const std::string bytes = line + "\n";
   return sys::write_some(w->get(), bytes.data(), bytes.size()) == static_cast<long>(bytes.size());
 }
