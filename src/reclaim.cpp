@@ -3,6 +3,9 @@
 #include "reclaim.hpp"
 
 #include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "history.hpp"
@@ -125,6 +128,61 @@ void clean_leftovers(const target& t) {
     sys::crash_point("cleanup.leftover");
     if (st && st->is_dir) (void)remove_lock_dir_at(t.parent.get(), n, n);
   }
+}
+
+namespace {
+
+// The leftovers of processes that died mid-step (staging, moved-aside and
+// staged directories) are looked for once per lock per process, and again
+// when a wait begins at least a minute after the last look: a listing of the
+// lock's parent (a busy /tmp, say) is on no acquisition's path, not even a
+// contended one's (every acquisition of a busy lock waits). Left there, they
+// cost nothing but the space: nothing judges them.
+constexpr std::int64_t kLeftoversAgainMs = 60'000;
+std::mutex cleaned_mu;
+std::set<std::string>& cleaned() {
+  static std::set<std::string> done;
+  return done;
+}
+std::map<std::string, std::int64_t>& cleaned_at() {
+  static std::map<std::string, std::int64_t> at;
+  return at;
+}
+
+// fork() copies only the calling thread: the mutex is taken around it, so
+// a child never starts with it copied locked by another thread's acquisition.
+struct fork_guard {
+  fork_guard() noexcept { sys::on_fork([] { cleaned_mu.lock(); }, [] { cleaned_mu.unlock(); }, [] { cleaned_mu.unlock(); }); }
+};
+#if !defined(__SANITIZE_THREAD__)
+// (Not under ThreadSanitizer, whose own fork handling can deadlock against
+// mutexes taken in fork handlers.)
+const fork_guard installed_fork_guard;
+#endif
+
+}  // namespace
+
+void clean_leftovers_once(const target& t) {
+  std::string key = t.path;
+  if (auto id = parent_identity(t))
+    key += "@" + std::to_string(id->dev) + ":" + std::to_string(id->ino);  // a directory made again is new
+  {
+    std::lock_guard<std::mutex> g(cleaned_mu);
+    if (!cleaned().insert(key).second) return;
+    cleaned_at()[t.path] = sys::monotonic_ms();
+  }
+  clean_leftovers(t);
+}
+
+void clean_leftovers_again(const target& t) {
+  {
+    std::lock_guard<std::mutex> g(cleaned_mu);
+    const std::int64_t now = sys::monotonic_ms();
+    auto [it, made] = cleaned_at().emplace(t.path, now);
+    if (!made && now - it->second < kLeftoversAgainMs) return;
+    it->second = now;
+  }
+  clean_leftovers(t);
 }
 
 }  // namespace offload_lock::detail

@@ -68,6 +68,11 @@ result<removal> reclaim(const target& t, observed& o, const verdict& why, std::i
 // touches nothing but directories with our private names whose creating
 // process is gone.
 void clean_leftovers(const target& t);
+// clean_leftovers() once per lock per process (a directory made again is
+// another lock), and again from a wait that begins at least a minute after
+// the last look.
+void clean_leftovers_once(const target& t);
+void clean_leftovers_again(const target& t);
 
 }  // namespace offload_lock::detail
 
