@@ -2,6 +2,8 @@
 // getting a one-line usage error.
 #include <catch2/catch.hpp>
 
+#include <csignal>
+
 #include "cli/args.hpp"
 
 using namespace offload_lock;
@@ -42,6 +44,37 @@ TEST_CASE("pids", "[unit][cli]") {
     INFO(bad);
     CHECK_FALSE(parse_pid(bad));
   }
+}
+
+TEST_CASE("yield signals", "[unit][cli]") {
+  CHECK(parse_signal("USR1") == SIGUSR1);
+  CHECK(parse_signal("SIGUSR1") == SIGUSR1);
+  CHECK(parse_signal("usr1") == SIGUSR1);
+  CHECK(parse_signal("SigTerm") == SIGTERM);
+  for (const auto& [name, sig] : std::vector<std::pair<std::string, int>>{
+           {"HUP", SIGHUP}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"USR2", SIGUSR2}, {"TERM", SIGTERM},
+           {"ALRM", SIGALRM}, {"CONT", SIGCONT}, {"WINCH", SIGWINCH}, {"URG", SIGURG}, {"PWR", SIGPWR},
+           {"XCPU", SIGXCPU}}) {
+    INFO(name);
+    CHECK(parse_signal(name) == sig);
+    CHECK(parse_signal("SIG" + name) == sig);
+  }
+  CHECK(parse_signal("1") == 1);
+  CHECK(parse_signal("10") == 10);
+  CHECK(parse_signal("64") == 64);
+  // KILL and STOP cannot be caught, so CMD could not yield to them.
+  for (const std::string& bad : {std::string(""), std::string("0"), std::string("65"), std::string("100"),
+                                std::to_string(SIGKILL), std::to_string(SIGSTOP), std::string("KILL"),
+                                std::string("SIGSTOP"), std::string("SIG"), std::string("CHLD"), std::string("USR3"),
+                                std::string("-1"), std::string(" 1"), std::string("TERM "), std::string("SIGSIGTERM")}) {
+    INFO(bad);
+    CHECK_FALSE(parse_signal(bad));
+  }
+  args r;
+  REQUIRE_FALSE(parse({"run", "--yield-signal", "usr2", "--", "true"}, r));
+  CHECK(r.yield_signal == SIGUSR2);
+  args bad;
+  CHECK(parse({"run", "--yield-signal", "KILL", "--", "true"}, bad));
 }
 
 TEST_CASE("well-formed command lines", "[unit][cli]") {
