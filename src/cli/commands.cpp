@@ -1,5 +1,6 @@
-// The commands of offload-lock: path, status, acquire, release, run and
-// hold over the library (wait-free: wait_free.cpp). See commands.hpp.
+// The commands of offload-lock over the library, but for run (run.cpp)
+// and wait-free (wait_free.cpp): path, status, acquire, release and hold.
+// See commands.hpp.
 #include "cli/commands.hpp"
 
 #include <cstdint>
@@ -9,18 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "cli/acquiring.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/fleet.hpp"
 #include "cli/names.hpp"
 #include "cli/output.hpp"
 #include "cli/progress.hpp"
 #include "cli/status.hpp"
-#include "lease_join.hpp"
 #include "offload_lock/describe.hpp"
 #include "offload_lock/etcd.hpp"
 #include "offload_lock/lock.hpp"
 #include "offload_lock/path.hpp"
-#include "offload_lock/policy.hpp"
 #include "posix/child.hpp"
 #include "posix/os.hpp"
 #include "posix/signals.hpp"
@@ -29,77 +29,6 @@
 namespace offload_lock::cli {
 
 namespace {
-
-// What a failed acquisition with options `o` says: for busy and timed out,
-// whom it lost to, as the library describes the lock.
-std::string failure_message(const error& e, const args& a, const lock_options& o, const std::string& path) {
-  if (e == errc::busy || e == errc::timed_out) {
-    const std::string how = e == errc::busy ? "busy: " : "timed out: ";
-    if (o.gpu < 0 && o.gpus > 1 && !o.allowed_gpus.empty())
-      return how + "the " + std::to_string(o.allowed_gpus.size()) + " GPU slots of " + path +
-             " that CUDA_VISIBLE_DEVICES allows are held";
-    if (o.gpu < 0 && o.gpus > 1) return how + "all " + std::to_string(o.gpus) + " GPU slots of " + path + " are held";
-    // Held up by the gpulease lease taken with the lock, which the error names.
-    if (e.context().rfind(detail::lease_wait_context, 0) == 0) return how + e.context();
-    const std::string p = gpu_slot_path(path, o.gpu);
-    return how + p + " is " + status_line(inspect(p, a.ttl));
-  }
-  // A gpulease lease passed down that is not current: its reason, not the
-  // words of a lock lost.
-  if (e == errc::lost && e.context().rfind(detail::lease_wait_context, 0) == 0) return e.context();
-  return e.message();
-}
-
-// Exit code and message for a failed acquisition with options `o`.
-int acquire_failed(const error& e, const args& a, const lock_options& o, const std::string& path, int busy_code) {
-  const bool contention = e == errc::busy || e == errc::timed_out;
-  if (!contention || !a.quiet) say(failure_message(e, a, o, path));
-  return contention ? busy_code : exit_code_for(e);
-}
-
-// The options of an acquisition on the command line, its waiting line
-// included.
-lock_options options_for(const args& a, const gpu_plan& gpus, const std::string& path) {
-  lock_options o;
-  o.path = path;
-  o.wait = a.wait.value_or(wait_forever);
-  o.ttl = a.ttl;
-  o.label = a.label;
-  o.lease_class = a.lease_class;
-  o.priority = a.priority;
-  o.expected = a.expect;
-  o.max_hold = a.max_hold;
-  if (gpus.slotted) {
-    o.gpus = gpus.count;
-    o.gpu = gpus.gpu;
-    // CUDA_VISIBLE_DEVICES allows one slot of the N: that one; some: those.
-    if (o.gpu < 0 && gpus.allowed.size() == 1) {
-      o.gpu = gpus.allowed.front();
-    } else if (o.gpu < 0 && !gpus.allowed.empty() && static_cast<int>(gpus.allowed.size()) < o.gpus) {
-      o.allowed_gpus = gpus.allowed;
-    }
-  }
-  report_waiting(o, a);
-  return o;
-}
-
-// options_for with the site policy of the lock applied (offload_lock/policy.hpp),
-// what it changed said unless --quiet; nullopt, the reason said, when the
-// policy is invalid (exit_usage, as for a bad option).
-std::optional<lock_options> options_with_policy(const args& a, const gpu_plan& gpus, const std::string& path) {
-  std::vector<std::string> notices;
-  auto o = with_site_policy(options_for(a, gpus, path), &notices);
-  if (!o) {
-    say(o.error().message());
-    return std::nullopt;
-  }
-  if (!a.quiet)
-    for (const auto& n : notices) say(n);
-  return std::move(*o);
-}
-
-// The lock path of the slot a lock holds.
-std::string held_path(const std::string& path, const lock& l) { return gpu_slot_path(path, l.gpu()); }
 
 ojson held_json(const args& a, const gpu_plan& gpus, const std::string& path, const lock& l) {
   ojson j = to_json(inspect(held_path(path, l), a.ttl));
@@ -125,48 +54,6 @@ ojson failure_json(const error& e, const args& a, const lock_options& o, const s
   const bool one_slot = !(o.gpu < 0 && o.gpus > 1);
   j["holder"] = contention && one_slot ? to_json(inspect(gpu_slot_path(path, o.gpu), a.ttl)) : ojson();
   return j;
-}
-
-std::string basename_of(const std::string& p) {
-  auto s = p.rfind('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
-}
-
-// Waits for CMD to end within its maximum hold: at the maximum hold the
-// library has asked it to make way (its yield signal, when run has one);
-// after a grace SIGTERM, after another SIGKILL, to its process group when
-// it leads one. Returns CMD's status, or nullopt when it ran past the
-// maximum hold (then it has ended, and `how` says by what).
-std::optional<int> wait_within_max_hold(os::gated_child& child, const args& a, milliseconds max_hold,
-                                        std::string& how) {
-  if (auto status = child.wait_forwarding_for(max_hold.count())) return status;
-  how = a.yield_signal > 0 ? "after " + os::signal_name(a.yield_signal) : "by itself";
-  const std::int64_t grace = a.max_hold_grace.count();
-  if (child.wait_forwarding_for(grace)) return std::nullopt;
-  how = "on SIGTERM";
-  os::terminate_group(child.pid());
-  if (child.wait_forwarding_for(grace)) return std::nullopt;
-  how = "by SIGKILL";
-  os::kill_group(child.pid());
-  (void)child.wait_forwarding();
-  return std::nullopt;
-}
-
-// What a loss reported by the library (errc::lost) lost, in words: the
-// lock at its context's path, or the gpulease lease taken with it.
-bool is_lease_loss(const error& e) { return e.context().rfind(detail::lease_wait_context, 0) == 0; }
-std::string lost_words(const error& e) {
-  if (is_lease_loss(e)) return e.context() + " was replaced or removed by someone else";
-  // An etcd lock lost with its lease says how ("... lost its etcd lease: ...").
-  if (is_etcd_lock(e.context()) && e.context().find(' ') != std::string::npos) return "the lock " + e.context();
-  return "the lock " + e.context() + " was removed or replaced by someone else";
-}
-
-// A wait abandoned by a signal (`sig`, the one taken from the queue; 0:
-// none was) ends like being killed by it.
-int cancelled_exit(const args& a, const std::string& what, int sig = os::take_signal()) {
-  if (!a.quiet) say(what + (sig ? " (" + os::signal_name(sig) + ")" : ""));
-  return sig ? exit_signal_base + sig : exit_busy;
 }
 
 }  // namespace
@@ -332,122 +219,6 @@ int cmd_release(const args& a, const gpu_plan& gpus, const std::string& base) {
       return exit_not_owner;
   }
   return exit_system;
-}
-
-int cmd_run(const args& a, const gpu_plan& gpus, const std::string& path) {
-  auto planned = options_with_policy(a, gpus, path);
-  if (!planned) return exit_usage;
-  lock_options o = std::move(*planned);
-  // CMD's environment names the slot it runs on, known once it is taken.
-  // Made before signals are caught: naming the GPU may run nvidia-smi.
-  std::vector<os::gated_child::env_list> per_slot;
-  const int slots = o.gpu >= 0 ? o.gpu + 1 : o.gpus;
-  for (int k = 0; k < slots; ++k) {
-    per_slot.push_back({{env_lock_path, gpu_slot_path(path, k)}});
-    if (gpus.slotted)
-      for (auto& kv : cuda_environment(gpus, k)) per_slot.back().push_back(std::move(kv));
-  }
-  // Signals are caught before anything else: one that arrives while waiting
-  // abandons the wait; one that arrives once CMD runs is passed on to it.
-  const int signals = os::catch_signals();
-  std::string token = new_token();
-  // An etcd lock is held by this process's lease, not by CMD's pid: should
-  // this process die, CMD dies with it (SIGKILL, the one signal CMD cannot
-  // ignore), so that it never runs on once the lease lapses and another
-  // host takes the lock.
-  auto child = os::gated_child::fork_gated(a.cmd, {{env_lock_token, token}}, per_slot, is_etcd_lock(path));
-  if (!child) {
-    say(child.error().message());
-    return exit_system;
-  }
-  o.pid = child->pid();
-  o.token = token;
-  if (o.label.empty()) o.label = basename_of(a.cmd[0]);
-  std::string cmd_name = a.cmd[0];
-  const std::int64_t cmd_pid = child->pid();
-  const bool term = a.on_lost_term;
-  // Runs on the library's heartbeat thread; the error names the lock (the
-  // slot's path).
-  o.on_lost = [cmd_name, cmd_pid, term](const error& e) {
-    say("WARNING: " + lost_words(e) + " while " + cmd_name + " runs; the GPU is no longer reserved for it" +
-        (term ? "; sending it SIGTERM" : ""));
-    if (term) os::terminate(cmd_pid);
-  };
-  if (a.yield_signal > 0) {
-    const int sig = a.yield_signal;
-    const bool quiet = a.quiet;
-    const std::string max_hold = describe_duration(o.max_hold);
-    // On the heartbeat thread, once per hold: for a waiter above, at the
-    // maximum hold or when idle by the site policy (a request for whoever
-    // waits, or none).
-    o.on_yield_request = [cmd_name, cmd_pid, sig, quiet, max_hold](const yield_request& r) {
-      const std::string asking = "asking " + cmd_name + " to make way with " + os::signal_name(sig);
-      if (quiet) {
-      } else if (r.reason == "idle") {
-        say("the GPU has shown " + cmd_name + " idle for the site policy's idle time; " + asking);
-      } else if (r.reason == "max hold") {
-        say("the maximum hold of " + max_hold + " has passed; " + asking);
-      } else {
-        say(r.label + " (pid " + std::to_string(r.pid) + ", priority " + std::to_string(r.priority) +
-            ") waits with a higher priority; " + asking);
-      }
-      os::send_signal(cmd_pid, sig);
-    };
-  }
-  o.cancel_fds = {signals};
-  auto l = lock::acquire(o);
-  end_waiting_line();
-  if (!l) {
-    // CMD, held back at the gate, was killed while we waited: it ends like
-    // any CMD, with its own status.
-    if (auto status = child->ended()) {
-      child->reap();
-      if (!a.quiet) say(a.cmd[0] + " ended before it could start (status " + std::to_string(*status) + ")");
-      return *status;
-    }
-    child->abandon();
-    if (l.error() == errc::cancelled) return cancelled_exit(a, "gave up waiting for " + path);
-    return acquire_failed(l.error(), a, o, path, a.busy_exit);
-  }
-  const std::string shown = held_path(path, *l);
-  // Still ours at the moment CMD starts: a claim removed meanwhile (a v1
-  // runner's reclaim of a lock it misjudged) is no reason to run unguarded.
-  if (!l->still_held()) {
-    child->abandon();
-    say("the lock " + shown + " was removed or replaced by someone else before " + cmd_name +
-        " could start; not starting it");
-    return exit_lost;
-  }
-  // CMD runs under the lease held with the lock too: GPU_LEASE_*.
-  os::gated_child::env_list late;
-  for (auto& kv : l->child_environment())
-    if (kv.first.rfind("GPU_LEASE_", 0) == 0) late.push_back(std::move(kv));
-  // And an etcd lock's fencing token, for CMD to hand to what it sends work
-  // to (doc/etcd.md "Fencing").
-  if (l->fence()) late.emplace_back("OFFLOAD_LOCK_FENCE", std::to_string(l->fence()));
-  if (auto e = child->start(l->gpu(), late)) {
-    (void)l->release();
-    if (child->ended_before_start() >= 0) return child->ended_before_start();
-    say("cannot run " + a.cmd[0] + ": " + e.code().message());
-    return e.code() == std::errc::no_such_file_or_directory ? 127 : 126;
-  }
-  std::string how;
-  std::optional<int> status =
-      o.max_hold.count() > 0 ? wait_within_max_hold(*child, a, o.max_hold, how) : child->wait_forwarding();
-  // Released while CMD is still an unreaped zombie, so no participant ever
-  // sees this lock with a dead holder pid (a v1 runner would reclaim it).
-  error released = l->release();
-  child->reap();
-  // A loss is said even under --quiet: the GPU was not reserved for all of CMD.
-  if (released == errc::lost && is_lease_loss(released))
-    say(lost_words(released) + " before " + cmd_name + " ended");
-  else if (released == errc::lost)
-    say("the lock " + shown + " had been removed or replaced by someone else before " + cmd_name + " ended");
-  if (status) return *status;
-  // Said even under --quiet, as the exit code is CMD's no longer.
-  say(cmd_name + " held " + shown + " past its maximum hold of " + describe_duration(o.max_hold) + "; it ended " +
-      how + " and the lock was released");
-  return exit_max_hold;
 }
 
 int cmd_hold(const args& a, const gpu_plan& gpus, const std::string& path) {
