@@ -1,10 +1,9 @@
-// The seam's file calls (os/files.hpp) on Linux, through the syscall table.
+// The seam's file calls (os/files.hpp) on Linux, through the syscall table:
+// descriptors, paths, reads, writes, renames, attributes and listings
+// (locks on files: file_locks.cpp; pipes and waits: pipes.cpp).
 #include "os/files.hpp"
 
 #include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -12,10 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <vector>
-
-#include "os/process.hpp"
 
 #include "os/test_hooks.hpp"
 #include "posix/common.hpp"
@@ -340,180 +336,6 @@ result<std::vector<std::string>> list_dir(int dirfd, const std::string& shown, s
 result<std::vector<std::string>> list_dir_again(int dirfd, const std::string& shown, std::size_t cap) {
   if (retry([&] { return static_cast<int>(calls.lseek(dirfd, 0, SEEK_SET)); }) < 0) return sys_error(errno, "lseek", shown);
   return read_names(dirfd, shown, cap);
-}
-
-error ofd_lock(int f, bool write) {
-  struct flock l {};
-  l.l_type = write ? F_WRLCK : F_RDLCK;
-  l.l_whence = SEEK_SET;
-  if (retry([&] { return calls.ofd_setlk(f, &l); }) != 0)
-    return error(std::error_code(errno, std::system_category()), "fcntl(F_OFD_SETLK)");
-  return {};
-}
-
-error try_flock_exclusive(int f) {
-  if (retry([&] { return calls.flock(f, LOCK_EX | LOCK_NB); }) != 0)
-    return error(std::error_code(errno, std::system_category()), "flock");
-  return {};
-}
-
-void flock_unlock(int f) {
-  if (f >= 0) (void)retry([&] { return calls.flock(f, LOCK_UN); });
-}
-
-lock_probe write_locked_elsewhere(int f) {
-  struct flock l {};
-  l.l_type = F_RDLCK;
-  l.l_whence = SEEK_SET;
-  if (retry([&] { return calls.ofd_getlk(f, &l); }) != 0) return lock_probe::unknown;
-  return l.l_type != F_UNLCK ? lock_probe::locked : lock_probe::unlocked;
-}
-
-result<std::pair<fd, fd>> make_pipe() {
-  int p[2];
-  if (calls.pipe2(p, O_CLOEXEC) != 0) return sys_error(errno, "pipe", "");
-  if (calls.fcntl_int(p[0], F_SETFL, O_NONBLOCK) != 0) {
-    const int e = errno;
-    calls.close(p[0]);
-    calls.close(p[1]);
-    return sys_error(e, "fcntl(F_SETFL)", "pipe");
-  }
-  return std::make_pair(fd(p[0]), fd(p[1]));
-}
-
-void notify(int write_end) {
-  char c = 1;
-  (void)write_some(write_end, &c, 1);
-}
-
-long read_some(int f, char* buf, std::size_t n) {
-  return static_cast<long>(retry([&] { return calls.read(f, buf, n); }));
-}
-
-long write_some(int f, const char* buf, std::size_t n) {
-  // A pipe or FIFO whose reader has gone raises SIGPIPE, which would kill a
-  // host process that did not ask for it: blocked on this thread around the
-  // write, and a SIGPIPE this write raised is taken back before unblocking.
-  sigset_t pipe_only, old;
-  sigemptyset(&pipe_only);
-  sigaddset(&pipe_only, SIGPIPE);
-  sigset_t pending;
-  sigemptyset(&pending);
-  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
-  const bool was_pending = ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
-  const long r = static_cast<long>(retry([&] { return calls.write(f, buf, n); }));
-  const int e = errno;
-  if (r < 0 && e == EPIPE && !was_pending) {
-    struct timespec zero {0, 0};
-    while (::sigtimedwait(&pipe_only, nullptr, &zero) < 0 && errno == EINTR) {
-    }
-  }
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  errno = e;
-  return r;
-}
-
-void drain(int read_end) {
-  char buf[256];
-  while (calls.read(read_end, buf, sizeof buf) > 0) {
-  }
-}
-
-int wait_any(const std::vector<int>& fds, std::int64_t timeout_ms) {
-  std::vector<struct pollfd> p;
-  p.reserve(fds.size());
-  for (int f : fds) p.push_back({f, POLLIN, 0});
-  const std::int64_t deadline = timeout_ms < 0 ? -1 : deadline_in(timeout_ms);
-  for (bool first = true;; first = false) {
-    const int r = poll_toward(p, deadline, first);
-    if (r == 0) return -1;
-    if (r < 0) continue;
-    for (std::size_t i = 0; i < p.size(); ++i)
-      if (p[i].revents) return static_cast<int>(i);
-  }
-}
-
-void wait_readable(std::initializer_list<int> fds, std::int64_t timeout_ms) {
-  std::vector<struct pollfd> p;
-  for (int f : fds)
-    if (f >= 0) p.push_back({f, POLLIN, 0});
-  const std::int64_t deadline = timeout_ms < 0 ? -1 : deadline_in(timeout_ms);
-  for (bool first = true; poll_toward(p, deadline, first) < 0; first = false) {
-  }
-}
-
-}  // namespace offload_lock::detail::sys
-
-namespace offload_lock::detail::sys {
-
-namespace {
-
-// The guarded descriptors, each with the file it was guarded for: a number
-// closed without being unguarded may be reused by anything (a pipe made
-// just before a fork, say), and the child must not touch that. A plain
-// array behind a mutex: the fork handlers take the mutex around fork(), so
-// the child finds it consistent and unlocked.
-struct guarded_fd {
-  int fd;
-  dev_t dev;
-  ino_t ino;
-};
-std::mutex g_guard_mu;
-// Never destroyed: a heartbeat thread may drop a held lock's guard while
-// the process exits and runs the static destructors.
-std::vector<guarded_fd>& guarded() {
-  static auto* v = new std::vector<guarded_fd>();
-  return *v;
-}
-
-bool still_guarded_file(const guarded_fd& g) {
-  struct stat st {};
-  return ::fstat(g.fd, &st) == 0 && st.st_dev == g.dev && st.st_ino == g.ino;
-}
-
-void null_guarded_in_child() {
-  // Only async-signal-safe calls here: open, fstat, dup3, close.
-  const int nul = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (nul >= 0) {
-    for (const guarded_fd& g : guarded())
-      if (g.fd >= 0 && g.fd != nul && still_guarded_file(g)) ::dup3(nul, g.fd, O_CLOEXEC);
-    ::close(nul);
-  }
-  g_guard_mu.unlock();
-}
-
-struct fork_guard_installer {
-  fork_guard_installer() noexcept {
-    on_fork([] { g_guard_mu.lock(); }, [] { g_guard_mu.unlock(); }, null_guarded_in_child);
-  }
-};
-#if !defined(__SANITIZE_THREAD__)
-// (Not under ThreadSanitizer, whose own fork handling can deadlock against
-// mutexes taken in fork handlers.)
-const fork_guard_installer installed_fork_guard;
-#endif
-
-}  // namespace
-
-std::optional<file_id> guard_from_fork(int f) {
-  if (f < 0) return std::nullopt;
-  struct stat st {};
-  if (::fstat(f, &st) != 0) return std::nullopt;
-  std::lock_guard<std::mutex> g(g_guard_mu);
-  auto& v = guarded();
-  // Entries whose number now names another file were closed unguarded:
-  // dropped here, so the list stays as long as what is really guarded.
-  v.erase(std::remove_if(v.begin(), v.end(), [&](const guarded_fd& x) { return x.fd == f || !still_guarded_file(x); }),
-          v.end());
-  v.push_back({f, st.st_dev, st.st_ino});
-  return file_id{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
-}
-
-void unguard_from_fork(int f) {
-  if (f < 0) return;
-  std::lock_guard<std::mutex> g(g_guard_mu);
-  auto& v = guarded();
-  v.erase(std::remove_if(v.begin(), v.end(), [&](const guarded_fd& x) { return x.fd == f; }), v.end());
 }
 
 }  // namespace offload_lock::detail::sys

@@ -266,7 +266,7 @@ TEST_CASE("a forked child records its own pid and draws its own tokens, never it
 TEST_CASE("the recorded holder's death frees the lock whatever its forked children hold", "[multiprocess][trust]") {
 #if defined(__SANITIZE_THREAD__)
   // The fork guard that drops the lock's descriptors in a forked child is
-  // left out under ThreadSanitizer (src/posix/files.cpp): there the child
+  // left out under ThreadSanitizer (src/posix/file_locks.cpp): there the child
   // keeps the OFD lock, a proof of life, and the lock stays held.
   OLT_NOT_RUN("not under ThreadSanitizer: the fork guard is left out there");
 #endif
