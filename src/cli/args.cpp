@@ -4,13 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <csignal>
 #include <cstdlib>
 #include <iterator>
 #include <map>
-#include <utility>
 
 #include "cli/escape.hpp"
+#include "posix/signal_names.hpp"
 
 namespace offload_lock::cli {
 
@@ -38,22 +37,16 @@ std::string one_line(const std::string& message) {
 }  // namespace
 
 std::optional<int> parse_signal(const std::string& text) {
-  static const std::pair<const char*, int> names[] = {
-      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
-      {"TERM", SIGTERM}, {"ALRM", SIGALRM}, {"CONT", SIGCONT}, {"WINCH", SIGWINCH}, {"URG", SIGURG},
-      {"PWR", SIGPWR},   {"XCPU", SIGXCPU}};
   if (all_digits(text) && !text.empty() && text.size() <= 2) {
     const int n = std::stoi(text);
     // KILL and STOP cannot be caught: CMD could not yield, only die or stop.
-    if (n >= 1 && n <= 64 && n != SIGKILL && n != SIGSTOP) return n;
+    if (n >= 1 && n <= 64 && os::catchable_signal(n)) return n;
     return std::nullopt;
   }
   std::string name = text;
   for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (name.compare(0, 3, "SIG") == 0) name.erase(0, 3);
-  for (const auto& [n, sig] : names)
-    if (name == n) return sig;
-  return std::nullopt;
+  return os::signal_by_name(name);
 }
 
 std::optional<std::int64_t> parse_pid(const std::string& text) {
