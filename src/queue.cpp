@@ -130,6 +130,7 @@ void queue_place::rejoin() {
 
 void queue_place::refresh() {
   ahead_all_.clear();
+  stopped_.clear();
   if (!p_.entry.queue) return;  // not queueing: nobody is ahead
   ahead_all_ = reader_.live(me());
 }
@@ -141,11 +142,20 @@ queue_view queue_place::view(int slot) const {
   for (const auto& e : ahead_all_) {
     if (me && ((e.name == me->name && e.dir == me->dir) || !served_before(e, *me))) continue;
     if (!accepts(e.rec, slot) || passed_.count(passed_name(e))) continue;
-    if (e.uid == my_uid) {
-      ++v.own_ahead;
-      v.own_pred = e;
-    }
     v.ahead.push_back(e);
+    if (e.uid != my_uid) continue;
+    // A stopped waiter keeps its place but cannot claim: it does not make
+    // those behind it inactive, or two stopped waiters of one user would
+    // leave the rest of its line asleep beside a free lock for as long as
+    // they stay stopped. Asked only while it decides the role (fewer than
+    // active_waiters counted); beyond that every one counts.
+    if (v.own_ahead < active_waiters) {
+      auto [known, asked] = stopped_.emplace(passed_name(e), false);
+      if (asked) known->second = cannot_claim(e);
+      if (known->second) continue;
+    }
+    ++v.own_ahead;
+    v.own_pred = e;
   }
   return v;
 }

@@ -18,6 +18,7 @@
 #define OFFLOAD_LOCK_SRC_QUEUE_HPP
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -37,8 +38,8 @@ inline constexpr int active_waiters = 2;
 // This waiter's view of the queue for one slot.
 struct queue_view {
   std::vector<queue_entry> ahead;       // live, served before this one, would take the slot, not passed over
-  int own_ahead = 0;                    // how many of `ahead` are this user's
-  std::optional<queue_entry> own_pred;  // this user's entry just ahead (an inactive waiter sleeps on its exit)
+  int own_ahead = 0;                    // how many of `ahead` are this user's, not stopped (see view())
+  std::optional<queue_entry> own_pred;  // the last of those (an inactive waiter sleeps on its exit)
   bool active() const { return own_ahead < active_waiters; }
 };
 
@@ -124,6 +125,9 @@ class queue_place {
   std::unique_ptr<registration> reg_;
   std::set<std::string> passed_;
   std::vector<queue_entry> ahead_all_;  // the last refresh(): live entries served before this one
+  // Whether each of this user's entries ahead that view() asked about is
+  // stopped (cannot_claim), by passed_name: asked once per refresh().
+  mutable std::map<std::string, bool> stopped_;
   std::set<std::pair<std::string, std::string>> followers_;  // (user dir, stem)
   std::string following_;  // the predecessor told, as passed_name
   bool woken_ = false;     // a "w" came since: the predecessor forgot this one

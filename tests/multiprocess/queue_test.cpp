@@ -215,6 +215,28 @@ TEST_CASE("a stopped head is passed over, and served once it resumes", "[multipr
   CHECK(names() == std::vector<std::string>{"w2", "w3", "w4", "w1"});
 }
 
+TEST_CASE("two stopped waiters of one user do not keep the ones behind them asleep", "[multiprocess][queue][cli]") {
+  temp_dir d;
+  const std::string log = (d.path / "order").string();
+  write_file(log, "");
+  cli_holder holder(d);
+  auto ws = queue_up(d, log, 4);
+  // The two ahead of w3 stand still: counted among its user's waiters
+  // ahead, they would leave w3 (and w4 behind it) asleep, far back in line,
+  // with the lock free, for as long as they stay stopped.
+  REQUIRE(stop_process(ws[0]->pid()));
+  REQUIRE(stop_process(ws[1]->pid()));
+  holder.release();
+  REQUIRE(eventually([&] { return lines_of(log).size() == 2; }));
+  CHECK(lines_of(log) == std::vector<std::string>{"w3", "w4"});
+  for (auto& w : {ws[2].get(), ws[3].get()}) CHECK(w->wait(30s) == std::optional<int>(0));
+  // Passed over is not out: both are served once they resume.
+  ws[0]->kill(SIGCONT);
+  ws[1]->kill(SIGCONT);
+  for (auto& w : ws) CHECK(w->wait(30s) == std::optional<int>(0));
+  CHECK(lines_of(log).size() == 4);
+}
+
 TEST_CASE("a single try is busy while the lock is held, queue or not", "[multiprocess][queue][cli]") {
   temp_dir d;
   const std::string log = (d.path / "order").string();
