@@ -207,13 +207,14 @@ int cmd_top(const args& a, const gpu_plan& gpus, const std::string& path) {
   std::string last;
   for (;;) {
     if (look) {
+      v.looked_at = clock::now();
       feed.refresh();
       look = false;
       v.b = feed.now();
       v.slot_numbers.clear();
       for (std::size_t k = 0; k < v.b.slots.size(); ++k) v.slot_numbers.push_back(slot_of(a, k));
     }
-    actions.update(v, v.message);
+    if (actions.update(v, v.message)) look = true;
     v.recent = feed.recent();
     v.history_kept = feed.history_kept();
     v.moved = std::chrono::duration_cast<milliseconds>(clock::now() - feed.looked_at());

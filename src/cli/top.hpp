@@ -2,6 +2,7 @@
 #ifndef OFFLOAD_LOCK_SRC_CLI_TOP_HPP
 #define OFFLOAD_LOCK_SRC_CLI_TOP_HPP
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct top_view {
   board b;
   std::vector<int> slot_numbers;  // the slot of each of b.slots
   milliseconds moved{0};          // since the board was looked at: its times move on by this
+  std::chrono::steady_clock::time_point looked_at{};  // when that look began
   std::int64_t now_ms = 0;
   std::vector<history_entry> recent;
   bool history_kept = false;

@@ -137,14 +137,15 @@ bool top_actions::key_pressed(key k, const top_view& v, std::string& message) {
     // request is next: it takes the lock and passes it on at once.
     auto l = lock::acquire(o);
     if (l) (void)l->release();
+    done_at_ = std::chrono::steady_clock::now();
     asker_done_ = true;
   });
   message = "asking " + who + " to make way: a request at priority " + std::to_string(o.priority) + " joins the queue";
   return true;
 }
 
-void top_actions::update(const top_view& v, std::string& message) {
-  if (!asker_.joinable()) return;
+bool top_actions::update(const top_view& v, std::string& message) {
+  if (!asker_.joinable()) return false;
   const board& b = v.b;
   const auto slot = static_cast<std::size_t>(asked_slot_);
   const bool gone = slot >= b.slots.size() || !b.slots[slot].held || b.slots[slot].token != asked_token_;
@@ -152,11 +153,16 @@ void top_actions::update(const top_view& v, std::string& message) {
       b.slots[slot].yield_requested->pid == os::self_pid())
     seen_at_ = std::chrono::steady_clock::now();
   const bool long_enough = seen_at_ && std::chrono::steady_clock::now() - *seen_at_ >= kAskFor;
-  if (!gone && !long_enough && !asker_done_) return;
+  if (!gone && !long_enough && !asker_done_) return false;
+  // Ended after the board was read: the board may still show the holder it
+  // asked, gone since (it made way, and the request held and passed the
+  // lock on). The next board tells.
+  if (!gone && !long_enough && v.looked_at <= done_at_) return true;
   stop();
   if (gone) message = asked_who_ + " made way";
   else if (long_enough) message = asked_who_ + " was asked to make way";
   else message = "the request to " + asked_who_ + " ended before it was seen";
+  return false;
 }
 
 void top_actions::stop() {

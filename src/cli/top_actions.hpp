@@ -36,8 +36,9 @@ class top_actions {
   bool key_pressed(key k, const top_view& v, std::string& message);
   // Every round: a make-way request ends once its holder is gone, or once
   // the holder has had kAskFor to see it (its queue shows the request as
-  // the one it is asked for).
-  void update(const top_view& v, std::string& message);
+  // the one it is asked for). True when the board must be looked at again
+  // before it can tell: the request ended after the board was read.
+  bool update(const top_view& v, std::string& message);
   // Ends a make-way request still queued.
   void stop();
 
@@ -54,6 +55,7 @@ class top_actions {
   std::thread asker_;
   std::unique_ptr<os::wake_pipe> cancel_;
   std::atomic<bool> asker_done_{false};
+  std::chrono::steady_clock::time_point done_at_{};  // written before asker_done_, read after it
   std::string asked_token_, asked_who_;
   int asked_slot_ = 0;
   std::optional<std::chrono::steady_clock::time_point> seen_at_;
