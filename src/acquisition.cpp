@@ -159,7 +159,7 @@ result<std::shared_ptr<held_state>> acquisition::step(slot& s, round& r, bool ac
   if (!view.ahead.empty()) {
     const std::uint32_t my_uid = place_.me() ? place_.me()->uid : sys::effective_uid();
     const queue_entry& front = view.ahead.front();
-    const std::int64_t left = cannot_claim(front) ? 0 : s.clock.available(view.ahead, my_uid);
+    const std::int64_t left = place_.stopped(front) ? 0 : s.clock.available(view.ahead, my_uid);
     if (left == 0) {
       place_.pass_over(front);
       // Another user's budget for this free period is spent: all of its

@@ -29,7 +29,7 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
     // skipped, and the queue is not read again on the way to holding.)
     read_queue();
     for (const auto& e : place_.view(s.k).ahead)
-      if (cannot_claim(e)) place_.pass_over(e);
+      if (place_.stopped(e)) place_.pass_over(e);
   }
   meta_record rec = record_for(s);
   rec.passed_over = place_.passed_still_queued();

@@ -149,15 +149,17 @@ queue_view queue_place::view(int slot) const {
     // leave the rest of its line asleep beside a free lock for as long as
     // they stay stopped. Asked only while it decides the role (fewer than
     // active_waiters counted); beyond that every one counts.
-    if (v.own_ahead < active_waiters) {
-      auto [known, asked] = stopped_.emplace(passed_name(e), false);
-      if (asked) known->second = cannot_claim(e);
-      if (known->second) continue;
-    }
+    if (v.own_ahead < active_waiters && stopped(e)) continue;
     ++v.own_ahead;
     v.own_pred = e;
   }
   return v;
+}
+
+bool queue_place::stopped(const queue_entry& e) const {
+  auto [known, asked] = stopped_.emplace(passed_name(e), false);
+  if (asked) known->second = cannot_claim(e);
+  return known->second;
 }
 
 int queue_place::position(int slot) const {

@@ -85,6 +85,8 @@ class queue_place {
   // Who is ahead for slot `slot` (every live entry while not joined), as of
   // the last refresh().
   queue_view view(int slot) const;
+  // cannot_claim(e), asked of /proc once per refresh().
+  bool stopped(const queue_entry& e) const;
   const queue_entry* me() const { return reg_ ? &reg_->entry() : nullptr; }
   int wake_fd() const { return reg_ ? reg_->wake_fd() : -1; }
   // Reads the wake channel: followers announcing themselves are noted.
@@ -125,8 +127,7 @@ class queue_place {
   std::unique_ptr<registration> reg_;
   std::set<std::string> passed_;
   std::vector<queue_entry> ahead_all_;  // the last refresh(): live entries served before this one
-  // Whether each of this user's entries ahead that view() asked about is
-  // stopped (cannot_claim), by passed_name: asked once per refresh().
+  // stopped()'s answers since the last refresh(), by passed_name.
   mutable std::map<std::string, bool> stopped_;
   std::set<std::pair<std::string, std::string>> followers_;  // (user dir, stem)
   std::string following_;  // the predecessor told, as passed_name

@@ -153,11 +153,13 @@ bool top_actions::update(const top_view& v, std::string& message) {
       b.slots[slot].yield_requested->pid == os::self_pid())
     seen_at_ = std::chrono::steady_clock::now();
   const bool long_enough = seen_at_ && std::chrono::steady_clock::now() - *seen_at_ >= kAskFor;
-  if (!gone && !long_enough && !asker_done_) return false;
-  // Ended after the board was read: the board may still show the holder it
-  // asked, gone since (it made way, and the request held and passed the
-  // lock on). The next board tells.
-  if (!gone && !long_enough && v.looked_at <= done_at_) return true;
+  if (!gone && !long_enough) {
+    if (!asker_done_) return false;
+    // Ended after the board was read: the board may still show the holder
+    // it asked, gone since (it made way, and the request held and passed
+    // the lock on). The next board tells.
+    if (v.looked_at <= done_at_) return true;
+  }
   stop();
   if (gone) message = asked_who_ + " made way";
   else if (long_enough) message = asked_who_ + " was asked to make way";
