@@ -3,6 +3,7 @@
 #include "acquire.hpp"
 
 #include "acquisition.hpp"
+#include "heartbeat.hpp"
 #include "history.hpp"
 #include "inherit.hpp"
 #include "lease_join.hpp"
@@ -94,22 +95,29 @@ result<lock> acquire_one(const plan& p) {
       return acquirer::make(gate, true, k);
     }
   }
-  acquisition a(p);
+  auto a = std::make_shared<acquisition>(p);
   // The parent as opened for the gate, unless this thread waited there
   // behind another (for hours, perhaps: the acquisition then opens the
   // path afresh, as it stands now).
   if (!waited) {
     std::vector<target> opened;
     opened.push_back(std::move(*t));
-    a.use_targets(std::move(opened));
+    a->use_targets(std::move(opened));
   }
-  if (lease && lease->shared) a.share_with(shared_lease{lease->loc, lease_options(p)});
-  else if (lease) a.lease_follows();
-  auto held = a.run();
+  if (lease && lease->shared) a->share_with(shared_lease{lease->loc, lease_options(p)});
+  else if (lease) a->lease_follows();
+  auto held = a->run();
   if (!held) {
     gate->leave();
     return held.error();
   }
+  // Its watches and the registry's directories it held open are let go
+  // after the caller holds (removing a watch is one of the slower calls, and
+  // a waiter had several): by the heartbeat thread, or at the release. Held
+  // without a heartbeat, nothing would let them go before the release.
+  // (Only the plan is borrowed, and the acquisition's teardown reads none
+  // of it.)
+  if (p.hold.heartbeat) drop_later(**held, std::move(a));
   if (lease && !lease->shared)
     if (error lease_failed = take_lease_reporting(p, lease->loc, **held, began_ms)) {
       (void)(*held)->release();

@@ -43,7 +43,7 @@ result<std::shared_ptr<held_state>> acquisition::take(slot& s, bool staged, clai
   auto held = std::make_shared<held_state>();
   if (staged) {
     if (recent || s.staged->rewrite_meta(bytes)) bytes = s.staged->meta_bytes();
-    w_.unwatch(s.staged_watch);
+    // Its watch goes with the watcher, after the caller holds (acquire.cpp).
     s.staged_watch = -1;
     held->dir = s.staged->take_dir();
     held->meta_id = s.staged->meta_id();

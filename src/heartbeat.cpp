@@ -70,6 +70,11 @@ class heartbeat_service {
     if (wakes_at_ < 0 || wakes_at_ > first_due) sys::notify(wake_w_.get());
   }
 
+  void drop_later(held_state& s, std::shared_ptr<void> what) {
+    std::lock_guard<std::mutex> g(mu_);
+    s.waited_with = std::move(what);
+  }
+
   void poke() {
     std::lock_guard<std::mutex> g(mu_);
     if (started_) sys::notify(wake_w_.get());
@@ -203,11 +208,14 @@ class heartbeat_service {
     sys::watcher watches;
     for (;;) {
       std::vector<std::shared_ptr<held_state>> live, check_now;
+      // Let go of outside the mutex, at the end of this pass.
+      std::vector<std::shared_ptr<void>> dropped;
       std::int64_t timeout = -1;
       {
         std::lock_guard<std::mutex> g(mu_);
         for (auto it = entries_.begin(); it != entries_.end();) {
           held_state& s = **it;
+          if (s.registered && s.waited_with) dropped.push_back(std::move(s.waited_with));
           if (!s.registered) {
             watches.unwatch(s.watch_id);
             watches.unwatch(s.yield_watch_id);
@@ -475,6 +483,10 @@ void watch_lease(held_state&) { heartbeat_service::get().poke(); }
 void ask_idle_yield(held_state& s) {
   s.idle_yield_due = true;
   heartbeat_service::get().poke();
+}
+
+void drop_later(held_state& s, std::shared_ptr<void> what) {
+  heartbeat_service::get().drop_later(s, std::move(what));
 }
 
 void held_state::stop_heartbeat() {

@@ -51,6 +51,11 @@ struct held_state {
   // What the acquisition left to close once the lock is handed on (its
   // queue entry's descriptors, the names removed): release() drops it last.
   std::shared_ptr<void> left_behind;
+  // The acquisition that waited for the lock (its watches, the registry's
+  // directories it held open), let go off the way to holding: by the
+  // heartbeat thread at its next pass, or by release() after the handoff,
+  // whichever comes first (drop_later()).
+  std::shared_ptr<void> waited_with;
 
   // Cooperative yield (lock_options::on_yield_request): asked once, when a
   // live waiter of a higher priority than `priority` that may ask it
@@ -163,6 +168,10 @@ struct held_state {
 // Hands `s` to the process's heartbeat thread, which refreshes it every
 // period() and calls its on_lost when it is removed or replaced.
 void start_heartbeat(const std::shared_ptr<held_state>& s);
+// Gives `what` to `s` to drop later (held_state::waited_with): the
+// heartbeat thread drops it at its next pass, within kWatchAfterMs, unless
+// the release comes first. Without a heartbeat it waits for the release.
+void drop_later(held_state& s, std::shared_ptr<void> what);
 // Tells the heartbeat thread that `s` now holds its lease too: from then on
 // a claim replaced or removed is a loss noticed at once.
 void watch_lease(held_state& s);

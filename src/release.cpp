@@ -31,8 +31,10 @@ error held_state::release() {
   stop_heartbeat();
   if (released) return {};
   released = true;
-  // Closed on the way out, whichever it is: after the handoff.
+  // Closed on the way out, whichever it is: after the handoff. (The
+  // heartbeat thread, stopped above, no longer touches waited_with.)
   const std::shared_ptr<void> close_on_return = std::move(left_behind);
+  const std::shared_ptr<void> waited_with_closed = std::move(waited_with);
   if (shared) {
     // One meta.json is the lock and the lease (shared_dir.hpp): our files
     // and it go, under the movers' flock; the directory, gpulease's
