@@ -209,13 +209,58 @@ registry_reader& reader_for(const std::string& base) {
   return *r;
 }
 
-// Only the entries in line before it are probed (registry_reader::first).
-std::optional<queue_entry> next_in_line(const std::string& base, int slot, const std::set<std::string>& skip) {
+// The staged lock of `e` beside `t`, checked as its own: a directory and a
+// meta.json of the entry's author, write-locked by it, naming its process.
+// `absent`: not (yet) there, or not complete.
+enum class staged { ok, absent, refused };
+staged check_staged(const target& t, const queue_entry& e) {
+  const std::string name = next_prefix(t) + e.stem();
+  const std::string shown = "staged lock " + name + " beside " + t.path;
+  auto sd = sys::open_dir(t.parent.get(), name, true, shown);
+  if (!sd) return sd.error().code() == std::errc::no_such_file_or_directory ? staged::absent : staged::refused;
+  auto sst = sys::stat_fd(sd->get(), shown);
+  if (!sst || !sst->is_dir || sst->uid != e.uid) return staged::refused;
+  auto mf = sys::open_read(sd->get(), meta_file_name, shown);
+  if (!mf) return mf.error().code() == std::errc::no_such_file_or_directory ? staged::absent : staged::refused;
+  auto mb = sys::read_fd(mf->get(), meta_cap, shown, true);
+  if (!mb || mb->st.uid != e.uid || mb->truncated) return staged::refused;
+  if (!mb->write_locked()) return staged::absent;  // being written
+  const parsed_meta m = parse_meta(mb->bytes);
+  if (!m.js_pid || m.token.empty()) return staged::refused;
+  // The waiter's process, or the command it will run (`run` names its CMD,
+  // started before the lock is taken and held back until then).
+  const auto named = static_cast<std::int64_t>(*m.js_pid);
+  if (named != e.rec.pid && sys::parent_of(named) != std::optional<std::int64_t>(e.rec.pid)) return staged::refused;
+  return staged::ok;
+}
+
+// The next in line for slot `slot` of `t`. Only the entries in line before
+// it are probed (registry_reader::first), and one whose staged lock beside
+// `t` checks out (check_staged) is not probed or read at all: that lock is
+// proof of its waiter's life, made only by a waiter for this very slot, so
+// the record the entry would add is not needed. `vouched` gets its
+// directory and name.
+std::optional<queue_entry> next_in_line(const target& t, const std::string& base, int slot,
+                                        const std::set<std::string>& skip, std::string& vouched) {
   registry_reader& r = reader_for(base);
-  return r.first([&](const queue_entry& e) {
-    // A stopped one keeps its place; the next one is served.
-    return accepts(e.rec, slot) && !skip.count(passed_name(e)) && !cannot_claim(e);
-  });
+  // A stopped one keeps its place; the next one is served. (Asked once per
+  // process here, whichever of the two asks first.)
+  std::map<std::int64_t, bool> stopped;
+  auto is_stopped = [&](const queue_entry& e) {
+    auto [it, asked] = stopped.emplace(e.rec.pid, false);
+    if (asked) it->second = cannot_claim(e);
+    return it->second;
+  };
+  return r.first(
+      [&](const queue_entry& e) { return accepts(e.rec, slot) && !skip.count(passed_name(e)) && !is_stopped(e); },
+      [&](const queue_entry& e) {
+        using v = registry_reader::vouch;
+        if (skip.count(passed_name(e))) return v::no;
+        if (check_staged(t, e) != staged::ok) return v::unknown;
+        if (is_stopped(e)) return v::no;
+        vouched = e.dir + "/" + e.name;
+        return v::yes;
+      });
 }
 
 // A "w" into the wake channel of `e`, through the directory this thread's
@@ -231,34 +276,13 @@ void wake(const std::string& base, const queue_entry& e) {
 
 result<bool> hand_to_next(const target& t, const sys::file_id& own_id, int own_dir, int slot, const std::string& base,
                           const std::set<std::string>& skip, const std::string& own_queue_dir) {
-  auto next = next_in_line(base, slot, skip);
+  std::string vouched;
+  auto next = next_in_line(t, base, slot, skip, vouched);
   if (!next) return false;
   const std::string name = next_prefix(t) + next->stem();
   const std::string shown = "staged lock " + name + " beside " + t.path;
-  // Its staged lock, checked as its own: a directory and a meta.json of the
-  // entry's author, write-locked by it, naming its process. `absent`: not
-  // (yet) there or not complete.
-  enum class staged { ok, absent, refused };
-  auto check = [&]() -> staged {
-    auto sd = sys::open_dir(t.parent.get(), name, true, shown);
-    if (!sd) return sd.error().code() == std::errc::no_such_file_or_directory ? staged::absent : staged::refused;
-    auto sst = sys::stat_fd(sd->get(), shown);
-    if (!sst || !sst->is_dir || sst->uid != next->uid) return staged::refused;
-    auto mf = sys::open_read(sd->get(), meta_file_name, shown);
-    if (!mf) return mf.error().code() == std::errc::no_such_file_or_directory ? staged::absent : staged::refused;
-    auto mb = sys::read_fd(mf->get(), meta_cap, shown, true);
-    if (!mb || mb->st.uid != next->uid || mb->truncated) return staged::refused;
-    if (!mb->write_locked()) return staged::absent;  // being written
-    const parsed_meta m = parse_meta(mb->bytes);
-    if (!m.js_pid || m.token.empty()) return staged::refused;
-    // The waiter's process, or the command it will run (`run` names its CMD,
-    // started before the lock is taken and held back until then).
-    const auto named = static_cast<std::int64_t>(*m.js_pid);
-    if (named != next->rec.pid && sys::parent_of(named) != std::optional<std::int64_t>(next->rec.pid))
-      return staged::refused;
-    return staged::ok;
-  };
-  staged st = check();
+  auto check = [&] { return check_staged(t, *next); };
+  staged st = next->dir + "/" + next->name == vouched ? staged::ok : check();
   // Next in line but not staged yet (it has just moved up, and learns so
   // after the lock changed hands): woken, and given a moment to stage, so
   // that the lock passes on without the path ever being absent. A waiter

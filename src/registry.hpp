@@ -180,7 +180,15 @@ class registry_reader {
   // are probed only in that order, and only those `want` accepts, until one
   // proves live: a releaser looking for the next in line probes one entry,
   // not the whole queue.
-  std::optional<queue_entry> first(const std::function<bool(const queue_entry&)>& want);
+  //
+  // `vouch_for`, when given, is asked about a candidate before it would be
+  // probed (and read, when its order came from its mode alone): `yes` makes
+  // it the one without a probe (its caller has its own proof of it), `no`
+  // passes it by, `unknown` probes it as any. Its record then holds its keys
+  // only (pid and priority) unless it was read before.
+  enum class vouch { yes, no, unknown };
+  std::optional<queue_entry> first(const std::function<bool(const queue_entry&)>& want,
+                                   const std::function<vouch(const queue_entry&)>& vouch_for = {});
   // Whether the last read found an entry of this user's left behind by a
   // waiter that is gone (unlocked under its final name): worth a sweep.
   bool saw_dead_own() const { return saw_dead_own_; }

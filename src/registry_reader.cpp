@@ -128,7 +128,8 @@ std::vector<queue_entry> registry_reader::live(const queue_entry* before) {
   return out;
 }
 
-std::optional<queue_entry> registry_reader::first(const std::function<bool(const queue_entry&)>& want) {
+std::optional<queue_entry> registry_reader::first(const std::function<bool(const queue_entry&)>& want,
+                                                  const std::function<vouch(const queue_entry&)>& vouch_for) {
   // Entries not read before are read for their order, and probed (as the
   // known ones are) only as far as the search goes: a releaser reading the
   // entries that joined behind it since it last read probes one of them,
@@ -141,6 +142,11 @@ std::optional<queue_entry> registry_reader::first(const std::function<bool(const
     // One placed by its mode alone is read before it is judged: what it
     // would take is in its record.
     if (!c.unread && !want(c.e)) continue;
+    if (!c.proven && vouch_for) {
+      const vouch v = vouch_for(c.e);
+      if (v == vouch::yes) return std::move(c.e);
+      if (v == vouch::no) continue;
+    }
     if (!c.proven && (!prove(c) || !want(c.e))) continue;
     return std::move(c.e);
   }

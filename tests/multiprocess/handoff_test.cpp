@@ -362,6 +362,30 @@ TEST_CASE("the lock passes to a staged waiter without the path ever being absent
   CHECK(private_names(d).empty());
 }
 
+TEST_CASE("a staged lock left by a waiter that died vouches for nobody: the release is plain",
+          "[multiprocess][acquisition][handoff]") {
+  // A releaser takes a waiter's staged lock, write-locked beside the lock,
+  // as the proof of its life instead of probing its entry. A waiter killed
+  // once staged leaves both behind, unlocked: the holder must not swap that
+  // staged lock in, which would leave the lock held by nobody alive.
+  temp_dir d;
+  cli_holder holder(d);
+  // A library waiter: its staged meta.json names its own pid, which is gone
+  // with it (that of `run`'s CMD could outlive it).
+  child a(self_exe(), {"--child", "cycle", d.lock(), "1"});
+  until_queued(d, 1);
+  REQUIRE(eventually([&] { return staged_beside(d); }));
+  a.kill(SIGKILL);
+  (void)a.wait(60s);
+  REQUIRE(staged_beside(d));  // left behind, with its entry
+  holder.release();
+  struct stat st {};
+  const int rc = ::stat(d.lock().c_str(), &st);
+  const int err = errno;
+  CHECK(rc != 0);
+  CHECK(err == ENOENT);
+}
+
 TEST_CASE("two releasers of one lock hand it to one waiter only", "[multiprocess][acquisition][handoff]") {
   // The lock's recorded holder is a sleep; its keeper releases it when the
   // sleep dies. A `release --token` of the same lock looks first, and stands
