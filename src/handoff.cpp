@@ -39,6 +39,7 @@ std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::strin
   }
   bool renamed = false;
   auto fail = [&]() -> std::unique_ptr<staged_lock> {
+    if (s->meta_.valid()) sys::unguard_from_fork(s->meta_.get());
     s->meta_.reset();
     s->dir_.reset();
     (void)remove_lock_dir_at(t.parent.get(), renamed ? s->name_ : building, s->shown_);
@@ -55,12 +56,15 @@ std::unique_ptr<staged_lock> staged_lock::make(const target& t, const std::strin
   auto m = sys::create_file_at(s->dir_.get(), meta_file_name, meta, 0644, s->shown_);
   if (!m || sys::chmod_fd(m->get(), 0644, s->shown_) || sys::ofd_lock(m->get(), true)) return fail();
   s->meta_ = std::move(*m);
+  // Guarded before anyone can find it: a child forked from here on keeps no
+  // copy of its write lock, which proves this waiter alive to a releaser
+  // (hand_to_next takes it as the proof of the waiter's entry too).
+  s->meta_id_ = sys::guard_from_fork(s->meta_.get());
   if (publish) {
     if (sys::rename_noreplace(t.parent.get(), building, s->name_, s->shown_)) return fail();
     renamed = true;
     s->published_ = true;
   }
-  s->meta_id_ = sys::guard_from_fork(s->meta_.get());
   s->id_ = st->id;
   s->bytes_ = meta;
   if (publish) sys::crash_point("handoff.staged");

@@ -81,6 +81,9 @@ class watcher {
   std::vector<int> left_;  // left_path() as of the last wait
   int ino_ = -1;
   bool ino_tried_ = false;
+  // The fork generation (os/process.hpp) in which ino_ was taken: a watcher
+  // dropped in a forked child of that process shares the instance with it.
+  std::int64_t ino_generation_ = 0;
   int next_id_ = 0;
   bool pidfd_ok_ = true;
   std::vector<item> items_;

@@ -80,6 +80,7 @@ bool watcher::ensure_inotify() {
   if (ino_ >= 0) return true;
   if (ino_tried_ || !feature_enabled(feature::inotify)) return false;
   ino_tried_ = true;
+  ino_generation_ = fork_generation();
   std::lock_guard<std::mutex> g(g_pool_mu);
   if (!pool().empty()) {
     ino_ = pool().back();
@@ -91,6 +92,18 @@ bool watcher::ensure_inotify() {
 }
 
 watcher::~watcher() {
+  // Dropped in a forked child of the process that took the instance (a
+  // held lock's acquisition, let go of later: heartbeat.hpp waited_with):
+  // the instance is one open file shared with that process, its watches and
+  // events that process's. Only this process's descriptors are closed;
+  // nothing is removed, read, or pooled here.
+  if (ino_ >= 0 && ino_generation_ != fork_generation()) {
+    for (const auto& it : items_)
+      if (it.pidfd >= 0 && it.owned) calls.close(it.pidfd);
+    items_.clear();
+    calls.close(ino_);
+    return;
+  }
   // The last item's removal drains the events (unwatch).
   const bool drained = !items_.empty();
   unwatch_all();
