@@ -208,7 +208,7 @@ class heartbeat_service {
     sys::watcher watches;
     for (;;) {
       std::vector<std::shared_ptr<held_state>> live, check_now;
-      // Let go of outside the mutex, at the end of this pass.
+      // Let go of outside the mutex (below).
       std::vector<std::shared_ptr<void>> dropped;
       std::int64_t timeout = -1;
       {
@@ -248,6 +248,9 @@ class heartbeat_service {
         if (timeout < 0 && sys::monotonic_ms() - last_add_ < kLingerMs) timeout = kWatchAfterMs;
         wakes_at_ = !waits ? sys::monotonic_ms() : timeout < 0 ? -1 : sys::monotonic_ms() + timeout;
       }
+      // What a new holder waited with (held_state::waited_with): its watches
+      // are removed here, off the holder's way.
+      dropped.clear();
       // The lease, once held (outside the service's mutex: the lease has
       // its own): its directory's entries, so that a claim replaced or
       // removed is a loss at once, not at the next renewal. Looked at once
